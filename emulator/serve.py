@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Serve moto (SQS and DynamoDB on one port) for local development and tests.
+
+moto checks a DynamoDB ConditionExpression and writes the item in two unlocked
+steps, so two conditional writes on one key can both succeed under threaded
+load. Real DynamoDB is atomic per item. This wrapper serializes DynamoDB
+requests behind one lock and leaves everything else (SQS long polls) concurrent.
+
+Usage: serve.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
+Port 0 picks a free port; the chosen port is printed and written to FILE.
+"""
+import argparse
+import os
+import signal
+import sys
+import threading
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port-file", default="")
+    args = parser.parse_args()
+
+    try:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            create_backend_app,
+        )
+        from werkzeug.serving import WSGIRequestHandler, make_server
+    except ImportError as err:
+        print(
+            f"emulator: moto is not installed ({err}); install it with: "
+            "pip install 'moto[server]'",
+            file=sys.stderr,
+        )
+        return 3
+
+    moto_app = DomainDispatcherApplication(create_backend_app)
+    dynamo_lock = threading.Lock()
+
+    def app(environ, start_response):
+        if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB"):
+            with dynamo_lock:
+                # Materialize the body inside the lock: the write happens
+                # while the response is produced.
+                body = list(moto_app(environ, start_response))
+            return body
+        return moto_app(environ, start_response)
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, *a, **kw):  # one line per request drowns test output
+            pass
+
+    server = make_server(
+        args.host, args.port, app, threaded=True, request_handler=QuietHandler
+    )
+    port = server.socket.getsockname()[1]
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{port}\n")
+        os.replace(tmp, args.port_file)
+    print(f"emulator: serving SQS and DynamoDB on http://{args.host}:{port}", flush=True)
+
+    def stop(signum, frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

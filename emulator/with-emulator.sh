@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Run a command with the emulator (moto: SQS + DynamoDB) on a free 127.0.0.1
+# port, AWS_ENDPOINT_URL and dummy credentials exported, then stop it by PID.
+#
+#   emulator/with-emulator.sh go test ./...
+#
+# Without a command it serves in the foreground until interrupted (make emulator).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+python=${PYTHON:-python3}
+
+if ! "$python" -c 'import moto, werkzeug' 2>/dev/null; then
+	echo "emulator: moto is not installed for $python; install it with: pip install 'moto[server]'" >&2
+	exit 3
+fi
+
+dir=$(mktemp -d)
+pid=""
+cleanup() {
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$python" "$here/serve.py" --host 127.0.0.1 --port 0 --port-file "$dir/port" >"$dir/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 150); do
+	[ -s "$dir/port" ] && break
+	if ! kill -0 "$pid" 2>/dev/null; then
+		cat "$dir/log" >&2
+		echo "emulator: failed to start" >&2
+		exit 3
+	fi
+	sleep 0.1
+done
+if [ ! -s "$dir/port" ]; then
+	cat "$dir/log" >&2
+	echo "emulator: did not report a port within 15s" >&2
+	exit 3
+fi
+port=$(cat "$dir/port")
+
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+export AWS_REGION=${AWS_REGION:-us-east-1}
+export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$AWS_REGION}
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test}
+export AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
+export CLAIMFIRST_EMULATOR=1
+
+if [ "$#" -eq 0 ]; then
+	cat <<MSG
+emulator: SQS and DynamoDB on $AWS_ENDPOINT_URL (pid $pid); Ctrl-C stops it.
+In another shell:
+  export AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL AWS_REGION=$AWS_REGION AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
+MSG
+	wait "$pid"
+	exit $?
+fi
+
+set +e
+"$@"
+status=$?
+set -e
+exit $status
