@@ -1,0 +1,23 @@
+// Package claimstore defines the claim protocol that turns an at-least-once
+// queue into exactly-once effects: before doing a message's work, a consumer
+// claims the message's idempotency key with a write only one caller can win,
+// holds the claim on a lease, and afterwards completes or releases it.
+//
+// A claim moves through three states:
+//
+//	(absent) --Acquire--> IN_PROGRESS --Complete--> COMPLETED
+//	                          |  ^
+//	                  Release |  | Acquire (takeover: released, lease expired,
+//	                          v  |          or row past its expiry)
+//	                       RELEASED
+//
+// Every acquisition increments the claim's fencing token. Renew, Complete and
+// Release are conditioned on the token the caller holds, so a holder that was
+// taken over (it stalled past its lease) fails with ErrLeaseLost instead of
+// overwriting the new holder's state. A row whose ExpiresAt has passed counts
+// as absent, whatever its state, because TTL deletion lags.
+//
+// Store is the contract. Package memory implements it in process (tests, the
+// demo); package dynamo implements it on a DynamoDB table; package
+// claimstoretest holds the conformance suite both pass.
+package claimstore
