@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// usageError is a bad flag, setting or argument: exit status 2, one line.
+type usageError struct {
+	msg    string
+	silent bool // already reported (the flag package printed it)
+}
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// settings is a flag set whose flags default to environment variables: each
+// flag -name has the environment variable ENV_NAME, and a flag given on the
+// command line wins. Bad values name the variable and the flag.
+type settings struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	errs   []error
+	parsed bool
+}
+
+func newSettings(name string, io stdio) *settings {
+	fs := flag.NewFlagSet("worker "+name, flag.ContinueOnError)
+	fs.SetOutput(io.stderr)
+	return &settings{fs: fs, getenv: io.getenv}
+}
+
+func (s *settings) describe(env, usage string) string {
+	if env == "" {
+		return usage
+	}
+	return usage + " (env " + env + ")"
+}
+
+// String defines a string setting.
+func (s *settings) String(flagName, env, def, usage string) *string {
+	v := def
+	if env != "" {
+		if e := s.getenv(env); e != "" {
+			v = e
+		}
+	}
+	return s.fs.String(flagName, v, s.describe(env, usage))
+}
+
+// Int defines an integer setting.
+func (s *settings) Int(flagName, env string, def int, usage string) *int {
+	v := def
+	if e := s.envValue(env); e != "" {
+		n, err := strconv.Atoi(e)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("%s=%q: not an integer", env, e))
+		} else {
+			v = n
+		}
+	}
+	return s.fs.Int(flagName, v, s.describe(env, usage))
+}
+
+// Float defines a floating-point setting.
+func (s *settings) Float(flagName, env string, def float64, usage string) *float64 {
+	v := def
+	if e := s.envValue(env); e != "" {
+		f, err := strconv.ParseFloat(e, 64)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a number", env, e))
+		} else {
+			v = f
+		}
+	}
+	return s.fs.Float64(flagName, v, s.describe(env, usage))
+}
+
+// Duration defines a Go duration setting ("30s", "96h").
+func (s *settings) Duration(flagName, env string, def time.Duration, usage string) *time.Duration {
+	v := def
+	if e := s.envValue(env); e != "" {
+		d, err := time.ParseDuration(e)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a Go duration such as 30s or 96h", env, e))
+		} else {
+			v = d
+		}
+	}
+	return s.fs.Duration(flagName, v, s.describe(env, usage))
+}
+
+// Bool defines a boolean setting.
+func (s *settings) Bool(flagName, env string, def bool, usage string) *bool {
+	v := def
+	if e := s.envValue(env); e != "" {
+		b, err := strconv.ParseBool(e)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a boolean", env, e))
+		} else {
+			v = b
+		}
+	}
+	return s.fs.Bool(flagName, v, s.describe(env, usage))
+}
+
+func (s *settings) envValue(env string) string {
+	if env == "" {
+		return ""
+	}
+	return s.getenv(env)
+}
+
+// Set reports whether the setting was given on the command line or in the
+// environment (as opposed to left at its default).
+func (s *settings) Set(flagName, env string) bool {
+	found := false
+	s.fs.Visit(func(f *flag.Flag) {
+		if f.Name == flagName {
+			found = true
+		}
+	})
+	return found || s.envValue(env) != ""
+}
+
+// Parse parses args and returns a usage error for the first bad setting.
+func (s *settings) Parse(args []string) error {
+	if len(s.errs) > 0 {
+		return usageError{msg: s.errs[0].Error()}
+	}
+	if err := s.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return usageError{msg: "help requested", silent: true}
+		}
+		return usageError{msg: err.Error(), silent: true}
+	}
+	if s.fs.NArg() > 0 {
+		return usagef("unexpected argument %q", s.fs.Arg(0))
+	}
+	s.parsed = true
+	return nil
+}
+
+// Output is where flag help goes.
+func (s *settings) Output() io.Writer { return s.fs.Output() }
+
+// require returns a usage error naming env and flag if v is empty.
+func require(v, flagName, env string) error {
+	if strings.TrimSpace(v) == "" {
+		return usagef("%s (-%s) is required", env, flagName)
+	}
+	return nil
+}
