@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/payment"
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// appSettings are the settings shared by `worker run` and the Lambda mode.
+type appSettings struct {
+	table, keyPrefix, providerURL, providerKey, keyFrom, logLevel *string
+	retention, providerTimeout                                    *time.Duration
+	providerAttempts                                              *int
+}
+
+func defineApp(s *settings) *appSettings {
+	return &appSettings{
+		table:            s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)"),
+		keyPrefix:        s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
+		providerURL:      s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
+		providerKey:      s.String("provider-api-key", "PROVIDER_API_KEY", "", "payment provider API key, sent as a bearer token"),
+		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
+		logLevel:         s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
+		retention:        s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
+		providerTimeout:  s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
+		providerAttempts: s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
+	}
+}
+
+// app is what the settings build: logger, claim store, handler and decoder.
+type app struct {
+	log     *slog.Logger
+	aws     aws.Config
+	store   *dynamo.Store
+	handler worker.Handler
+	decoder worker.Decoder
+}
+
+func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
+	if err := require(*a.table, "claim-table", "CLAIM_TABLE"); err != nil {
+		return nil, err
+	}
+	if err := require(*a.providerURL, "provider-url", "PROVIDER_URL"); err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*a.logLevel)); err != nil {
+		return nil, usagef("LOG_LEVEL (-log-level) %q: want debug, info, warn or error", *a.logLevel)
+	}
+	if *a.retention < 0 {
+		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
+	}
+	if *a.providerTimeout <= 0 {
+		return nil, usagef("PROVIDER_TIMEOUT (-provider-timeout) %s: must be positive", *a.providerTimeout)
+	}
+	if *a.providerAttempts < 1 {
+		return nil, usagef("PROVIDER_ATTEMPTS (-provider-attempts) %d: must be at least 1", *a.providerAttempts)
+	}
+	keyFrom, err := payment.ParseKeySource(*a.keyFrom)
+	if err != nil {
+		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
+	}
+	client, err := provider.NewClient(provider.Config{
+		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
+	})
+	if err != nil {
+		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level}))
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	if err != nil {
+		return nil, usagef("CLAIM_TABLE: %v", err)
+	}
+	return &app{
+		log: log, aws: cfg, store: store,
+		handler: payment.Handler{Provider: client},
+		decoder: payment.Decoder{KeyFrom: keyFrom},
+	}, nil
+}
+
+// loadAWS reads the SDK's standard configuration chain.
+func loadAWS(ctx context.Context) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, usagef("AWS configuration: %v", err)
+	}
+	if cfg.Region == "" {
+		return aws.Config{}, usagef("AWS_REGION is not set (nor a region in the AWS config file)")
+	}
+	return cfg, nil
+}
+
+func cmdRun(ctx context.Context, args []string, io stdio) error {
+	s := newSettings("run", io)
+	queueURL := s.String("queue-url", "QUEUE_URL", "", "source SQS queue URL (required)")
+	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 16, "messages processed at once")
+	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 0, "lease length and visibility timeout per receive (default: the queue's)")
+	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM waits for in-flight messages")
+	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
+	owner := s.String("owner", "WORKER_OWNER", "", "name of this instance in claims (default: host/pid/random)")
+	a := defineApp(s)
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
+		return err
+	}
+	if *concurrency < 1 {
+		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be at least 1", *concurrency)
+	}
+	if *visibility < 0 || *visibility%time.Second != 0 || *visibility > worker.MaxVisibility {
+		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
+	}
+	if *shutdown <= 0 {
+		return usagef("SHUTDOWN_TIMEOUT (-shutdown-timeout) %s: must be positive", *shutdown)
+	}
+	ap, err := a.build(ctx, io)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := worker.NewMetrics(reg)
+
+	// Reading the queue can take a while against a cold endpoint; SIGTERM
+	// still ends it.
+	w, err := worker.New(ctx, worker.Config{
+		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws), Store: ap.store,
+		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
+		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
+		Owner: *owner, Logger: ap.log, Metrics: metrics,
+	})
+	if err != nil {
+		var re *worker.RetentionError
+		switch {
+		case errors.As(err, &re):
+			return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
+		case errors.Is(err, worker.ErrConfig):
+			return usagef("%v", err)
+		case ctx.Err() != nil:
+			return nil
+		}
+		return err
+	}
+
+	var stopping atomic.Bool
+	if *metricsAddr != "" {
+		srv, err := serveMetrics(*metricsAddr, reg, w.Ready(), &stopping, ap.log)
+		if err != nil {
+			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		stopping.Store(true)
+	}()
+	return w.Run(ctx)
+}
+
+// serveMetrics serves /metrics, /healthz (the process is up) and /readyz
+// (polling and not stopping).
+func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, stopping *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ready:
+			if !stopping.Load() {
+				fmt.Fprintln(w, "ready")
+				return
+			}
+		default:
+		}
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", slog.Any("error", err))
+		}
+	}()
+	log.Info("serving metrics", slog.String("addr", "http://"+strings.TrimPrefix(ln.Addr().String(), "http://")))
+	return srv, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+)
+
+// cmdSetup creates the queue, its dead-letter queue and the claim table,
+// idempotently, wherever the SDK's configuration points (AWS_ENDPOINT_URL
+// for an emulator).
+func cmdSetup(ctx context.Context, args []string, io stdio) error {
+	s := newSettings("setup", io)
+	queue := s.String("queue-name", "QUEUE_NAME", "payments", "source queue name")
+	dlq := s.String("dlq-name", "DLQ_NAME", "", "dead-letter queue name (default: <queue-name>-dlq)")
+	table := s.String("claim-table", "CLAIM_TABLE", "claims", "claim table name")
+	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 30*time.Second, "the queue's visibility timeout")
+	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
+	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if *dlq == "" {
+		*dlq = *queue + "-dlq"
+	}
+	if *visibility < 0 || *visibility > 12*time.Hour || *visibility%time.Second != 0 {
+		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
+	}
+	if *retention < time.Minute || *retention > 14*24*time.Hour || *retention%time.Second != 0 {
+		return usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", *retention)
+	}
+	if *maxReceives < 1 || *maxReceives > 1000 {
+		return usagef("MAX_RECEIVE_COUNT (-max-receive-count) %d: must be 1 to 1000", *maxReceives)
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return err
+	}
+	sq := sqs.NewFromConfig(cfg)
+	dlqURL, err := createQueue(ctx, sq, *dlq, map[string]string{
+		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600),
+	})
+	if err != nil {
+		return err
+	}
+	arn, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return fmt.Errorf("setup: dead-letter queue ARN: %w", err)
+	}
+	policy, _ := json.Marshal(map[string]string{
+		"deadLetterTargetArn": arn.Attributes[string(types.QueueAttributeNameQueueArn)],
+		"maxReceiveCount":     strconv.Itoa(*maxReceives),
+	})
+	queueURL, err := createQueue(ctx, sq, *queue, map[string]string{
+		string(types.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(visibility.Seconds())),
+		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(retention.Seconds())),
+		string(types.QueueAttributeNameRedrivePolicy):          string(policy),
+	})
+	if err != nil {
+		return err
+	}
+	if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	fmt.Fprintf(io.stdout, "QUEUE_URL=%s\nDLQ_URL=%s\nCLAIM_TABLE=%s\n", queueURL, dlqURL, *table)
+	return nil
+}
+
+// createQueue creates a queue or, if it exists, sets its attributes to attrs.
+func createQueue(ctx context.Context, api *sqs.Client, name string, attrs map[string]string) (string, error) {
+	out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+	if err == nil {
+		return aws.ToString(out.QueueUrl), nil
+	}
+	// An existing queue with other attributes: find it and bring it in line.
+	got, gerr := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	if gerr != nil {
+		return "", fmt.Errorf("setup: create queue %s: %w", name, err)
+	}
+	url := aws.ToString(got.QueueUrl)
+	if _, err := api.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: attrs}); err != nil {
+		return "", fmt.Errorf("setup: set attributes of %s: %w", name, err)
+	}
+	return url, nil
+}

@@ -1,0 +1,130 @@
+// Package payment is the reference application of the worker: it decodes
+// payment messages ({"payment_id", "amount", "currency"}), keys them by
+// payment (or message id, or a message attribute), and charges them through
+// the provider client with the idempotency key forwarded, mapping the
+// provider's answers onto the worker's outcomes:
+//
+//	2xx (charged or replayed)   -> result "ch_...": claim completed, message acked
+//	402 declined                -> result "declined: ...": a business outcome, completed
+//	422 key reused, 400 invalid -> permanent: dead-lettered with the reason
+//	5xx, 429, 409, timeouts     -> retryable (after the client's own retries): claim released
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// KeySource names where a message's idempotency key comes from.
+type KeySource string
+
+// The key sources.
+const (
+	// KeyPaymentID keys a message by its payment_id: a producer's retry (a
+	// new message for the same payment) is deduplicated too. The default.
+	KeyPaymentID KeySource = "payment_id"
+	// KeyMessageID keys a message by its SQS message id: only redeliveries
+	// of one message are deduplicated.
+	KeyMessageID KeySource = "message_id"
+	// KeyAttributePrefix, followed by a name, keys a message by that message
+	// attribute: "attribute:Idempotency-Key".
+	KeyAttributePrefix = "attribute:"
+)
+
+// ParseKeySource checks s: "payment_id", "message_id" or "attribute:NAME".
+func ParseKeySource(s string) (KeySource, error) {
+	switch {
+	case s == "" || s == string(KeyPaymentID):
+		return KeyPaymentID, nil
+	case s == string(KeyMessageID):
+		return KeyMessageID, nil
+	case strings.HasPrefix(s, KeyAttributePrefix) && len(s) > len(KeyAttributePrefix):
+		return KeySource(s), nil
+	default:
+		return "", fmt.Errorf("key source %q: want payment_id, message_id or attribute:NAME", s)
+	}
+}
+
+// Decoder is the worker.Decoder for payment messages. A message that is not
+// a valid payment, or has no valid key, is poison.
+type Decoder struct {
+	// KeyFrom says where the idempotency key comes from. Defaults to KeyPaymentID.
+	KeyFrom KeySource
+}
+
+var _ worker.Decoder = Decoder{}
+
+// Decode implements worker.Decoder: m.Payload becomes a provider.Payment.
+func (d Decoder) Decode(m *worker.Message) error {
+	p, err := provider.DecodePayment([]byte(m.Body))
+	if err != nil {
+		return worker.Permanent("invalid payment message", err)
+	}
+	m.Payload = p
+	switch src := d.KeyFrom; {
+	case src == "" || src == KeyPaymentID:
+		m.Key = p.PaymentID
+	case src == KeyMessageID:
+		m.Key = m.ID
+	case strings.HasPrefix(string(src), KeyAttributePrefix):
+		name := strings.TrimPrefix(string(src), KeyAttributePrefix)
+		v, ok := m.Attributes[name]
+		if !ok {
+			return worker.Permanentf("message attribute %q (the idempotency key) is missing", name)
+		}
+		m.Key = v
+	default:
+		return fmt.Errorf("payment: unknown key source %q", src)
+	}
+	if err := provider.CheckKey(m.Key); err != nil {
+		return worker.Permanent("invalid idempotency key", err)
+	}
+	return nil
+}
+
+// Charger charges a payment with an idempotency key; *provider.Client is one.
+type Charger interface {
+	Charge(ctx context.Context, key string, p provider.Payment) (provider.Charge, error)
+}
+
+// Handler is the worker.Handler that charges payments.
+type Handler struct {
+	// Provider charges; the message's idempotency key is forwarded to it.
+	Provider Charger
+}
+
+var _ worker.Handler = Handler{}
+
+// DeclinedPrefix starts the stored result of a declined payment.
+const DeclinedPrefix = "declined: "
+
+// Handle implements worker.Handler.
+func (h Handler) Handle(ctx context.Context, m *worker.Message) (string, error) {
+	p, ok := m.Payload.(provider.Payment)
+	if !ok {
+		return "", worker.Permanentf("payload is %T, not a payment: use payment.Decoder", m.Payload)
+	}
+	ch, err := h.Provider.Charge(ctx, m.Key, p)
+	if err == nil {
+		return ch.ID, nil
+	}
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return "", err // unknown outcome: retry with the same key
+	}
+	switch pe.Kind {
+	case provider.KindDeclined:
+		return DeclinedPrefix + pe.Reason, nil
+	case provider.KindKeyMismatch:
+		return "", worker.Permanent("idempotency key reused with a different payment", err)
+	case provider.KindBadRequest:
+		return "", worker.Permanent("provider rejected the request", err)
+	default:
+		return "", err
+	}
+}

@@ -1,0 +1,202 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+)
+
+// MaxVisibility is SQS's limit on a message's visibility timeout, and on how
+// long it may stay invisible in all from its receipt.
+const MaxVisibility = 12 * time.Hour
+
+// Config configures a Worker.
+type Config struct {
+	// QueueURL is the source queue. Required.
+	QueueURL string
+	// SQS is the SQS client, usually sqs.NewFromConfig. Required.
+	SQS SQSAPI
+	// Store holds the claims. Required.
+	Store claimstore.Store
+	// Handler does each message's work. Required.
+	Handler Handler
+	// Decoder validates a message and chooses its idempotency key. Defaults
+	// to KeyFromMessageID.
+	Decoder Decoder
+	// Concurrency is how many messages are processed at once. Defaults to 16.
+	Concurrency int
+	// Pollers is how many long polls run at once. Defaults to one per ten
+	// of Concurrency, at least one.
+	Pollers int
+	// VisibilityTimeout is asked for on each receive, and is the lease's
+	// length. Defaults to the queue's visibility timeout.
+	VisibilityTimeout time.Duration
+	// LeaseMargin is how long before the visibility timeout ends the claim's
+	// lease ends. Defaults to a tenth of VisibilityTimeout, between 200ms and 5s.
+	LeaseMargin time.Duration
+	// HeartbeatInterval is how often visibility and lease are extended while
+	// a handler runs. Defaults to a third of VisibilityTimeout.
+	HeartbeatInterval time.Duration
+	// Retention is how long completed keys are remembered. It must be at
+	// least the queue's retention. Defaults to DefaultRetention.
+	Retention time.Duration
+	// ShutdownTimeout is how long Run waits, after its context ends, for
+	// in-flight messages; then their contexts are cancelled. Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// MinRetryBackoff is the delay before the first retry of a failed
+	// message; it doubles with each receive. Defaults to 1s.
+	MinRetryBackoff time.Duration
+	// MaxRetryBackoff caps the retry delay. Defaults to 5m.
+	MaxRetryBackoff time.Duration
+	// DeleteDelay is the longest an ack waits to be batched with others.
+	// Defaults to 50ms.
+	DeleteDelay time.Duration
+	// WaitTime is the long poll's wait. Defaults to 20s.
+	WaitTime time.Duration
+	// Owner names this worker instance in claims. Defaults to host/pid/random.
+	Owner string
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counts. Defaults to unregistered metrics.
+	Metrics *Metrics
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// setDefaults fills the fields that do not depend on the queue.
+func (c *Config) setDefaults() {
+	if c.Decoder == nil {
+		c.Decoder = KeyFromMessageID
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Pollers == 0 {
+		c.Pollers = max(1, (c.Concurrency+9)/10)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.MinRetryBackoff == 0 {
+		c.MinRetryBackoff = time.Second
+	}
+	if c.MaxRetryBackoff == 0 {
+		c.MaxRetryBackoff = 5 * time.Minute
+	}
+	if c.DeleteDelay == 0 {
+		c.DeleteDelay = 50 * time.Millisecond
+	}
+	if c.WaitTime == 0 {
+		c.WaitTime = 20 * time.Second
+	}
+	if c.Owner == "" {
+		c.Owner = DefaultOwner()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// setQueueDefaults fills the fields that default to the queue's settings.
+func (c *Config) setQueueDefaults(q QueueInfo) {
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = q.VisibilityTimeout
+	}
+	if c.LeaseMargin == 0 {
+		c.LeaseMargin = min(max(c.VisibilityTimeout/10, 200*time.Millisecond), 5*time.Second)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.VisibilityTimeout / 3
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention(q)
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.QueueURL == "" {
+		errs = append(errs, errors.New("QueueURL is required"))
+	}
+	if c.SQS == nil {
+		errs = append(errs, errors.New("SQS is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("Handler is required"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("Concurrency %d: must be at least 1", c.Concurrency))
+	}
+	if c.Pollers < 1 {
+		errs = append(errs, fmt.Errorf("Pollers %d: must be at least 1", c.Pollers))
+	}
+	if c.WaitTime < 0 || c.WaitTime > 20*time.Second {
+		errs = append(errs, fmt.Errorf("WaitTime %s: must be between 0 and 20s", c.WaitTime))
+	}
+	for name, d := range map[string]time.Duration{
+		"ShutdownTimeout": c.ShutdownTimeout, "MinRetryBackoff": c.MinRetryBackoff,
+		"MaxRetryBackoff": c.MaxRetryBackoff, "DeleteDelay": c.DeleteDelay,
+		"Retention": c.Retention, "LeaseMargin": c.LeaseMargin, "HeartbeatInterval": c.HeartbeatInterval,
+		"VisibilityTimeout": c.VisibilityTimeout,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
+		}
+	}
+	if c.MaxRetryBackoff < c.MinRetryBackoff {
+		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", c.MaxRetryBackoff, c.MinRetryBackoff))
+	}
+	if c.MaxRetryBackoff > MaxVisibility {
+		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not exceed SQS's 12h", c.MaxRetryBackoff))
+	}
+	return joinConfig(errs)
+}
+
+// validateLease checks the settings that depend on the queue's defaults.
+func (c *Config) validateLease() error {
+	var errs []error
+	v := c.VisibilityTimeout
+	switch {
+	case v < time.Second || v > MaxVisibility:
+		errs = append(errs, fmt.Errorf("VisibilityTimeout %s: must be between 1s and 12h", v))
+	case v%time.Second != 0:
+		errs = append(errs, fmt.Errorf("VisibilityTimeout %s: SQS counts whole seconds", v))
+	}
+	if c.LeaseMargin >= v {
+		errs = append(errs, fmt.Errorf("LeaseMargin %s: must be shorter than VisibilityTimeout %s", c.LeaseMargin, v))
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= v-c.LeaseMargin {
+		errs = append(errs, fmt.Errorf("HeartbeatInterval %s: must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", c.HeartbeatInterval, v-c.LeaseMargin))
+	}
+	return joinConfig(errs)
+}
+
+func joinConfig(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// DefaultOwner names this process: host, pid and a random suffix.
+func DefaultOwner() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

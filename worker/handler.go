@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Message is one delivery of an SQS message as the decoder and the handler
+// see it.
+type Message struct {
+	// ID is the SQS message id (each delivery of one message has the same id;
+	// a producer's retry is a new message with a new id).
+	ID string
+	// Body is the raw message body.
+	Body string
+	// Attributes holds the message attributes with string or number values.
+	Attributes map[string]string
+	// ReceiveCount is SQS's ApproximateReceiveCount: 1 at the first delivery.
+	ReceiveCount int
+
+	// Payload is what the Decoder made of Body, for the handler.
+	Payload any
+	// Key is the idempotency key the Decoder chose; the claim is on it.
+	Key string
+	// Token is the claim's fencing token while the handler runs: pass it
+	// downstream where a resource can reject writes from a superseded holder.
+	Token int64
+}
+
+// Handler does a message's work while the worker holds its claim. It is
+// called at most once at a time per key across all workers sharing the claim
+// table, and its context ends when the lease is lost, at shutdown's deadline,
+// or at SQS's 12-hour limit.
+//
+// The returned result is stored with the completed claim and given to
+// duplicates' logs. A nil error completes the claim and acks the message. An
+// error made with Permanent dead-letters the message; any other error
+// releases the claim and lets SQS redeliver the message after a backoff.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) (result string, err error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) (string, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) (string, error) { return f(ctx, m) }
+
+// Decoder decodes and validates a message before it is claimed: it sets
+// m.Payload and m.Key. An error means the message is poison (it can never
+// succeed) and sends it to the dead-letter queue with the error as the reason.
+type Decoder interface {
+	Decode(m *Message) error
+}
+
+// DecoderFunc adapts a function to Decoder.
+type DecoderFunc func(m *Message) error
+
+// Decode calls f.
+func (f DecoderFunc) Decode(m *Message) error { return f(m) }
+
+// KeyFromMessageID is a Decoder that keys each message by its SQS message id
+// and leaves the body undecoded. It deduplicates redeliveries of one message
+// but not a producer's retry, which is a new message: prefer a business key.
+var KeyFromMessageID Decoder = DecoderFunc(func(m *Message) error {
+	m.Key = m.ID
+	m.Payload = m.Body
+	return nil
+})
+
+// PermanentError is a failure that retrying cannot fix: the message goes to
+// the dead-letter queue with Reason attached.
+type PermanentError struct {
+	// Reason says why, in a form fit for a message attribute and a log line.
+	Reason string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+// Error implements error.
+func (e *PermanentError) Error() string {
+	if e.Err != nil {
+		return "permanent: " + e.Reason + ": " + e.Err.Error()
+	}
+	return "permanent: " + e.Reason
+}
+
+// Unwrap returns the underlying error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent returns an error that dead-letters the message with reason.
+func Permanent(reason string, err error) error {
+	return &PermanentError{Reason: reason, Err: err}
+}
+
+// Permanentf returns a PermanentError with a formatted reason.
+func Permanentf(format string, args ...any) error {
+	return &PermanentError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsPermanent reports whether err is or wraps a PermanentError.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
+// reason returns the dead-letter reason of err.
+func reason(err error) string {
+	var pe *PermanentError
+	if errors.As(err, &pe) {
+		if pe.Err != nil {
+			return pe.Reason + ": " + pe.Err.Error()
+		}
+		return pe.Reason
+	}
+	return err.Error()
+}
+
+// ErrConfig marks a configuration the worker refuses to start with; the
+// binary exits with status 2 on it.
+var ErrConfig = errors.New("worker: bad configuration")

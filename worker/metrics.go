@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes counted in claimfirst_messages_total{outcome=...}.
+const (
+	OutcomeAcquired     = "acquired"      // the claim was won and the handler ran
+	OutcomeCompleted    = "completed"     // the claim was completed and the message acked
+	OutcomeDuplicate    = "duplicate"     // the key was completed already: acked without work
+	OutcomeDeferred     = "deferred"      // the key is held elsewhere: hidden until its lease ends
+	OutcomeReleased     = "released"      // the handler failed retryably: claim released, message retried
+	OutcomeLeaseLost    = "lease_lost"    // the claim was taken over: neither completed nor acked
+	OutcomeDeadLettered = "dead_lettered" // poison or permanent failure: moved to the DLQ
+	OutcomePoisonKept   = "poison_kept"   // poison with no DLQ to move it to: left for SQS's redrive
+	OutcomeStoreError   = "store_error"   // the claim store failed: message retried
+	OutcomePanic        = "panic"         // the handler panicked: claim released, never acked
+	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
+)
+
+var outcomes = []string{
+	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
+	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomePanic, OutcomeReturned,
+}
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	messages      *prometheus.CounterVec
+	handlerTime   prometheus.Histogram
+	inFlight      prometheus.Gauge
+	received      prometheus.Counter
+	heartbeats    prometheus.Counter
+	deleteBatches prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered, as in tests that run many workers in one process).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimfirst_messages_total",
+			Help: "Messages by what the worker did with them.",
+		}, []string{"outcome"}),
+		handlerTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "claimfirst_handler_duration_seconds",
+			Help:    "Time handlers spent on messages whose claim was acquired.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimfirst_in_flight",
+			Help: "Messages received and not yet finished.",
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_received_total",
+			Help: "Messages received from SQS.",
+		}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_heartbeats_total",
+			Help: "Lease and visibility extensions.",
+		}),
+		deleteBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_delete_batches_total",
+			Help: "DeleteMessageBatch requests sent.",
+		}),
+	}
+	for _, o := range outcomes {
+		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
+	}
+	if reg != nil {
+		reg.MustRegister(m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches)
+	}
+	return m
+}
+
+func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }
+
+// Count returns the number of messages counted with outcome, for tests and
+// the benchmark.
+func (m *Metrics) Count(outcome string) int64 {
+	c, err := m.messages.GetMetricWithLabelValues(outcome)
+	if err != nil {
+		return 0
+	}
+	return int64(counterValue(c))
+}

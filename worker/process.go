@@ -1,0 +1,287 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+)
+
+// action is what the transport does with a message after processing.
+type action int
+
+const (
+	actAck        action = iota + 1 // delete it: done or duplicate
+	actRetry                        // make it visible again after delay
+	actDefer                        // held elsewhere: make it visible when the holder's lease ends
+	actDeadLetter                   // move it to the dead-letter queue with reason
+	actLeave                        // touch nothing: the lease was lost or the outcome is unknown
+)
+
+func (a action) String() string {
+	switch a {
+	case actAck:
+		return "ack"
+	case actRetry:
+		return "retry"
+	case actDefer:
+		return "defer"
+	case actDeadLetter:
+		return "dead_letter"
+	case actLeave:
+		return "leave"
+	default:
+		return fmt.Sprintf("action(%d)", int(a))
+	}
+}
+
+// disposition is the result of processing one delivery.
+type disposition struct {
+	action action
+	delay  time.Duration // actRetry, actDefer
+	reason string        // actDeadLetter
+}
+
+// errLeaseLost is the cause of a handler context cancelled by a failed renew.
+var errLeaseLost = errors.New("worker: lease lost")
+
+// lease describes how long a delivery's claim may be held and how to extend it.
+type lease struct {
+	// until is when the first lease ends: the visibility timeout's end minus
+	// the safety margin, or the Lambda invocation's deadline.
+	until time.Time
+	// deadline is when the handler's context ends whatever happens (SQS's
+	// 12-hour cap on invisibility, or the invocation's deadline).
+	deadline time.Time
+	// interval between heartbeats; zero disables them (Lambda).
+	interval time.Duration
+	// extend pushes the message's visibility and returns the new lease end
+	// to renew the claim to; nil disables heartbeats.
+	extend func(ctx context.Context) (time.Time, error)
+}
+
+// processor is the per-message protocol shared by the long-polling worker and
+// the Lambda adapter: decode, claim, handle with heartbeats, then complete,
+// release or dead-letter. It decides; the transport acts.
+type processor struct {
+	store      claimstore.Store
+	handler    Handler
+	decoder    Decoder
+	owner      string
+	retention  time.Duration
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	deferSlack time.Duration
+	metrics    *Metrics
+	log        *slog.Logger
+	now        func() time.Time
+}
+
+// process runs the protocol for m. ctx is the handlers' context: it is not
+// cancelled when the worker stops receiving, only when in-flight work must end.
+func (p *processor) process(ctx context.Context, m *Message, l lease) disposition {
+	log := p.log.With(slog.String("message_id", m.ID), slog.Int("receive_count", m.ReceiveCount))
+	if err := p.decoder.Decode(m); err != nil {
+		return p.poison(log, err)
+	}
+	log = log.With(slog.String("idempotency_key", m.Key))
+
+	now := p.now()
+	if !l.until.After(now) {
+		// The message sat too long before processing: its lease would already
+		// be over. Let SQS redeliver it at once rather than race the redelivery.
+		log.Warn("lease ended before processing started; returning message")
+		return disposition{action: actRetry}
+	}
+	acq, err := p.store.Acquire(ctx, claimstore.AcquireParams{
+		Key: m.Key, Owner: p.owner, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
+	})
+	switch {
+	case errors.Is(err, claimstore.ErrInvalidKey):
+		return p.poison(log, Permanent("invalid idempotency key", err))
+	case err != nil:
+		p.metrics.count(OutcomeStoreError)
+		log.Error("acquire failed", slog.Any("error", err))
+		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+	}
+	switch acq.Outcome {
+	case claimstore.Duplicate:
+		p.metrics.count(OutcomeDuplicate)
+		log.Info("duplicate: key already completed", slog.String("result", acq.Claim.Result), slog.Int64("token", acq.Claim.Token))
+		return disposition{action: actAck}
+	case claimstore.HeldElsewhere:
+		p.metrics.count(OutcomeDeferred)
+		wait := acq.Claim.LeaseUntil.Sub(now) + p.deferSlack
+		log.Info("deferred: key held elsewhere", slog.String("holder", acq.Claim.Owner),
+			slog.Int64("token", acq.Claim.Token), slog.Duration("visible_in", wait))
+		return disposition{action: actDefer, delay: wait}
+	case claimstore.Acquired:
+	default:
+		p.metrics.count(OutcomeStoreError)
+		log.Error("acquire returned an unknown outcome", slog.Any("outcome", acq.Outcome))
+		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+	}
+
+	m.Token = acq.Claim.Token
+	log = log.With(slog.Int64("token", m.Token))
+	p.metrics.count(OutcomeAcquired)
+	result, herr, lost := p.handle(ctx, log, m, l)
+	if lost {
+		p.metrics.count(OutcomeLeaseLost)
+		log.Warn("lease lost while handling: not completing, not acking")
+		return disposition{action: actLeave}
+	}
+	if herr == nil {
+		err := p.store.Complete(context.WithoutCancel(ctx), claimstore.CompleteParams{
+			Key: m.Key, Token: m.Token, Result: result, ExpiresAt: p.now().Add(p.retention),
+		})
+		switch {
+		case errors.Is(err, claimstore.ErrLeaseLost):
+			p.metrics.count(OutcomeLeaseLost)
+			log.Warn("lease lost at completion: a later holder owns the key; not acking", slog.Any("error", err))
+			return disposition{action: actLeave}
+		case err != nil:
+			// The outcome is unknown. The message and the lease expire
+			// together; the redelivery finds the claim completed or takes over.
+			p.metrics.count(OutcomeStoreError)
+			log.Error("complete failed; leaving the message to redeliver", slog.Any("error", err))
+			return disposition{action: actLeave}
+		}
+		p.metrics.count(OutcomeCompleted)
+		log.Info("completed", slog.String("result", result))
+		return disposition{action: actAck}
+	}
+
+	if rerr := p.store.Release(context.WithoutCancel(ctx), m.Key, m.Token); rerr != nil {
+		if errors.Is(rerr, claimstore.ErrLeaseLost) {
+			p.metrics.count(OutcomeLeaseLost)
+			log.Warn("lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
+			return disposition{action: actLeave}
+		}
+		// The lease still ends with the visibility timeout: the retry waits for it.
+		p.metrics.count(OutcomeStoreError)
+		log.Error("release failed", slog.Any("error", rerr))
+	}
+	if IsPermanent(herr) {
+		return p.poison(log, herr)
+	}
+	var pe *panicError
+	if errors.As(herr, &pe) {
+		p.metrics.count(OutcomePanic)
+		log.Error("handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
+	} else {
+		p.metrics.count(OutcomeReleased)
+		log.Warn("handler failed; claim released, message will be retried", slog.Any("error", herr))
+	}
+	return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+}
+
+// handle runs the handler with heartbeats. lost reports that the lease was
+// lost while it ran, whatever the handler returned.
+func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l lease) (result string, err error, lost bool) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if !l.deadline.IsZero() {
+		var stop context.CancelFunc
+		hctx, stop = context.WithDeadline(hctx, l.deadline)
+		defer stop()
+	}
+	if l.extend != nil && l.interval > 0 {
+		done := make(chan struct{})
+		beat := make(chan struct{})
+		go func() {
+			defer close(beat)
+			p.heartbeat(hctx, log, m, l, cancel, done)
+		}()
+		defer func() { close(done); <-beat }()
+	}
+
+	p.metrics.inFlight.Inc()
+	start := time.Now()
+	result, err = p.call(hctx, m)
+	p.metrics.handlerTime.Observe(time.Since(start).Seconds())
+	p.metrics.inFlight.Dec()
+	return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
+}
+
+// heartbeat extends visibility and renews the claim every interval until done.
+func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message, l lease, lose context.CancelCauseFunc, done <-chan struct{}) {
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		until, err := l.extend(ctx)
+		if err != nil {
+			// Visibility could not be extended; the renewed claim still
+			// defers any redelivery, so keep going.
+			log.Warn("visibility extension failed", slog.Any("error", err))
+		}
+		if until.IsZero() {
+			continue
+		}
+		err = p.store.Renew(ctx, claimstore.RenewParams{Key: m.Key, Token: m.Token, LeaseUntil: until})
+		switch {
+		case errors.Is(err, claimstore.ErrLeaseLost):
+			log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", err))
+			lose(errLeaseLost)
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("renew failed; will retry at the next heartbeat", slog.Any("error", err))
+			}
+		default:
+			p.metrics.heartbeats.Inc()
+		}
+	}
+}
+
+// panicError carries a recovered handler panic.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }
+
+// call runs the handler, turning a panic into an error that is never acked.
+func (p *processor) call(ctx context.Context, m *Message) (result string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = "", &panicError{value: v, stack: string(debug.Stack())}
+		}
+	}()
+	return p.handler.Handle(ctx, m)
+}
+
+func (p *processor) poison(log *slog.Logger, err error) disposition {
+	r := reason(err)
+	log.Warn("poison message: dead-lettering", slog.String("reason", r))
+	return disposition{action: actDeadLetter, reason: r}
+}
+
+// backoff is the delay before a retry: it doubles with each receive, with
+// jitter, between minBackoff and maxBackoff.
+func (p *processor) backoff(receiveCount int) time.Duration {
+	d := p.minBackoff
+	for i := 1; i < receiveCount && d < p.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.maxBackoff)
+	// Equal jitter: half fixed, half random, so retries of a burst spread out.
+	half := d / 2
+	if half <= 0 {
+		return d
+	}
+	return half + rand.N(half+1)
+}

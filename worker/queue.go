@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// SQSAPI is the part of *sqs.Client the worker uses.
+type SQSAPI interface {
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+}
+
+// QueueInfo is what the worker reads about its queue at start.
+type QueueInfo struct {
+	// URL is the source queue's URL.
+	URL string
+	// VisibilityTimeout is the queue's default visibility timeout.
+	VisibilityTimeout time.Duration
+	// Retention is the queue's MessageRetentionPeriod.
+	Retention time.Duration
+	// DeadLetterURL is the URL of the queue's redrive target, or "".
+	DeadLetterURL string
+	// DeadLetterRetention is the dead-letter queue's MessageRetentionPeriod.
+	DeadLetterRetention time.Duration
+	// MaxReceiveCount is the redrive policy's maxReceiveCount, or 0.
+	MaxReceiveCount int
+}
+
+// ReadQueue reads the queue's visibility timeout, retention and redrive
+// policy, and the dead-letter queue's URL and retention.
+func ReadQueue(ctx context.Context, api SQSAPI, url string) (QueueInfo, error) {
+	q := QueueInfo{URL: url}
+	attrs, err := queueAttributes(ctx, api, url,
+		types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy)
+	if err != nil {
+		return q, err
+	}
+	if q.VisibilityTimeout, err = seconds(attrs, types.QueueAttributeNameVisibilityTimeout); err != nil {
+		return q, err
+	}
+	if q.Retention, err = seconds(attrs, types.QueueAttributeNameMessageRetentionPeriod); err != nil {
+		return q, err
+	}
+	policy := attrs[string(types.QueueAttributeNameRedrivePolicy)]
+	if policy == "" {
+		return q, nil
+	}
+	var rp struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		MaxReceiveCount     any    `json:"maxReceiveCount"` // a number or a string, depending on who wrote it
+	}
+	if err := json.Unmarshal([]byte(policy), &rp); err != nil {
+		return q, fmt.Errorf("queue %s: RedrivePolicy %q: %w", url, policy, err)
+	}
+	q.MaxReceiveCount, _ = strconv.Atoi(strings.Trim(fmt.Sprint(rp.MaxReceiveCount), `"`))
+	// arn:aws:sqs:region:account:name
+	parts := strings.Split(rp.DeadLetterTargetArn, ":")
+	if len(parts) != 6 || parts[2] != "sqs" {
+		return q, fmt.Errorf("queue %s: RedrivePolicy has a bad deadLetterTargetArn %q", url, rp.DeadLetterTargetArn)
+	}
+	out, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5]), QueueOwnerAWSAccountId: aws.String(parts[4])})
+	if err != nil {
+		return q, fmt.Errorf("dead-letter queue %s: %w", rp.DeadLetterTargetArn, err)
+	}
+	q.DeadLetterURL = aws.ToString(out.QueueUrl)
+	dattrs, err := queueAttributes(ctx, api, q.DeadLetterURL, types.QueueAttributeNameMessageRetentionPeriod)
+	if err != nil {
+		return q, err
+	}
+	q.DeadLetterRetention, err = seconds(dattrs, types.QueueAttributeNameMessageRetentionPeriod)
+	return q, err
+}
+
+func queueAttributes(ctx context.Context, api SQSAPI, url string, names ...types.QueueAttributeName) (map[string]string, error) {
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		return nil, fmt.Errorf("queue %s: get attributes: %w", url, err)
+	}
+	return out.Attributes, nil
+}
+
+func seconds(attrs map[string]string, name types.QueueAttributeName) (time.Duration, error) {
+	v, ok := attrs[string(name)]
+	if !ok {
+		return 0, fmt.Errorf("queue attribute %s missing", name)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("queue attribute %s=%q: %w", name, v, err)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// RetentionError is a claim retention shorter than the queue's: a redelivery
+// could arrive after the claim is forgotten and be processed as new.
+type RetentionError struct {
+	// Retention is the configured claim retention.
+	Retention time.Duration
+	// QueueRetention is the queue's MessageRetentionPeriod.
+	QueueRetention time.Duration
+}
+
+// Error implements error.
+func (e *RetentionError) Error() string {
+	return fmt.Sprintf("claim retention %s (%d s) is shorter than the queue's MessageRetentionPeriod %s (%d s): "+
+		"a message redelivered after its claim is forgotten would be processed as new",
+		e.Retention, int64(e.Retention.Seconds()), e.QueueRetention, int64(e.QueueRetention.Seconds()))
+}
+
+// Is makes errors.Is(err, ErrConfig) true.
+func (e *RetentionError) Is(target error) bool { return target == ErrConfig }
+
+// RetentionMargin is added to the longest redelivery window for the default
+// claim retention, to cover consumer downtime before a replay.
+const RetentionMargin = 24 * time.Hour
+
+// DefaultRetention is the claim retention used when none is configured: the
+// queue's retention plus its dead-letter queue's (a redrive can bring a
+// message back that late) plus RetentionMargin.
+func DefaultRetention(q QueueInfo) time.Duration {
+	return q.Retention + q.DeadLetterRetention + RetentionMargin
+}
+
+// CheckRetention refuses a claim retention shorter than the queue's.
+func CheckRetention(retention time.Duration, q QueueInfo) error {
+	if retention < q.Retention {
+		return &RetentionError{Retention: retention, QueueRetention: q.Retention}
+	}
+	return nil
+}
+
+// messageAttributes turns SQS message attributes into strings.
+func messageAttributes(in map[string]types.MessageAttributeValue) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if v.StringValue != nil {
+			out[k] = *v.StringValue
+		}
+	}
+	return out
+}

@@ -1,0 +1,412 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// ReasonAttribute is the message attribute that carries a dead-lettered
+// message's reason.
+const ReasonAttribute = "DeadLetterReason"
+
+// Worker is the long-polling SQS consumer.
+type Worker struct {
+	cfg   Config
+	queue QueueInfo
+	proc  *processor
+	log   *slog.Logger
+	ready chan struct{}
+}
+
+// New checks cfg, reads the queue's attributes (visibility timeout,
+// retention, redrive policy) and fills the defaults that derive from them.
+// A bad configuration, including a claim retention shorter than the queue's,
+// is an error wrapping ErrConfig.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	explicitRetention := cfg.Retention != 0
+	cfg.setQueueDefaults(q)
+	if err := cfg.validateLease(); err != nil {
+		return nil, err
+	}
+	if err := CheckRetention(cfg.Retention, q); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With(slog.String("queue_url", cfg.QueueURL), slog.String("owner", cfg.Owner))
+	if explicitRetention && cfg.Retention < q.Retention+q.DeadLetterRetention {
+		log.Warn("claim retention is shorter than queue plus dead-letter retention: a redriven message may be processed again",
+			slog.Duration("retention", cfg.Retention), slog.Duration("queue_retention", q.Retention),
+			slog.Duration("dead_letter_retention", q.DeadLetterRetention))
+	}
+	if q.DeadLetterURL == "" {
+		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
+	}
+	return &Worker{
+		cfg:   cfg,
+		queue: q,
+		log:   log,
+		ready: make(chan struct{}),
+		proc: &processor{
+			store: cfg.Store, handler: cfg.Handler, decoder: cfg.Decoder, owner: cfg.Owner,
+			retention: cfg.Retention, minBackoff: cfg.MinRetryBackoff, maxBackoff: cfg.MaxRetryBackoff,
+			deferSlack: time.Second, metrics: cfg.Metrics, log: log, now: cfg.Now,
+		},
+	}, nil
+}
+
+// Queue returns what the worker read about its queue.
+func (w *Worker) Queue() QueueInfo { return w.queue }
+
+// Config returns the worker's configuration with every default filled in.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Ready is closed once Run is polling.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Run polls the queue and processes messages until ctx ends. Then it stops
+// receiving, returns messages it has not started to the queue at once, and
+// waits up to ShutdownTimeout for in-flight messages before cancelling their
+// contexts (their claims are released). It returns nil after a clean drain.
+func (w *Worker) Run(ctx context.Context) error {
+	// Handlers outlive ctx by up to ShutdownTimeout.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+
+	del := newDeleter(w.cfg.SQS, w.cfg.QueueURL, w.cfg.DeleteDelay, w.cfg.Metrics, w.log)
+	delDone := make(chan struct{})
+	go func() { defer close(delDone); del.run() }()
+
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var handlers, pollers sync.WaitGroup
+	for range w.cfg.Pollers {
+		pollers.Go(func() { w.poll(ctx, hctx, slots, &handlers, del) })
+	}
+	close(w.ready)
+	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
+		slog.Duration("visibility_timeout", w.cfg.VisibilityTimeout), slog.Duration("retention", w.cfg.Retention),
+		slog.String("dead_letter_url", w.queue.DeadLetterURL))
+
+	<-ctx.Done()
+	pollers.Wait()
+	w.log.Info("stopping: waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+	drained := make(chan struct{})
+	go func() { handlers.Wait(); close(drained) }()
+	timer := time.NewTimer(w.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		// Cancelled handlers release their claims and their messages are
+		// made visible again: nothing is lost, only retried.
+		w.log.Warn("shutdown timeout: cancelling in-flight handlers")
+		cancelHandlers()
+		<-drained
+	}
+	del.close()
+	<-delDone
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// poll receives messages while ctx lives, never more than there are free
+// handler slots, so nothing waits in a buffer while its visibility runs out.
+func (w *Worker) poll(ctx, hctx context.Context, slots chan struct{}, handlers *sync.WaitGroup, del *deleter) {
+	for {
+		n := acquireSlots(ctx, slots, min(10, w.cfg.Concurrency), 20*time.Millisecond)
+		if n == 0 {
+			return
+		}
+		received := w.cfg.Now()
+		out, err := w.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(w.cfg.QueueURL),
+			MaxNumberOfMessages:         int32(n),
+			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
+			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+			MessageAttributeNames:       []string{"All"},
+		})
+		var msgs []types.Message
+		if out != nil {
+			msgs = out.Messages
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.Error("receive failed", slog.Any("error", err))
+			releaseSlots(slots, n)
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		w.cfg.Metrics.received.Add(float64(len(msgs)))
+		releaseSlots(slots, n-len(msgs))
+		if ctx.Err() != nil {
+			// Stopping: give back what arrived with the last poll, unstarted.
+			w.returnMessages(msgs)
+			releaseSlots(slots, len(msgs))
+			return
+		}
+		for i := range msgs {
+			d := w.delivery(&msgs[i], received)
+			handlers.Go(func() {
+				defer releaseSlots(slots, 1)
+				w.handle(hctx, d, del)
+			})
+		}
+	}
+}
+
+type sqsDelivery struct {
+	msg        Message
+	receipt    string
+	body       *string
+	attrs      map[string]types.MessageAttributeValue
+	receivedAt time.Time
+}
+
+func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
+	rc, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	return &sqsDelivery{
+		msg: Message{
+			ID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
+			Attributes: messageAttributes(m.MessageAttributes), ReceiveCount: max(rc, 1),
+		},
+		receipt: aws.ToString(m.ReceiptHandle), body: m.Body, attrs: m.MessageAttributes,
+		receivedAt: receivedAt,
+	}
+}
+
+// handle processes one delivery and carries out the disposition.
+func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
+	vis := w.cfg.VisibilityTimeout
+	capAt := d.receivedAt.Add(MaxVisibility)
+	l := lease{
+		until:    d.receivedAt.Add(vis - w.cfg.LeaseMargin),
+		deadline: capAt.Add(-w.cfg.LeaseMargin),
+		interval: w.cfg.HeartbeatInterval,
+		extend: func(ctx context.Context) (time.Time, error) {
+			now := w.cfg.Now()
+			next := min(vis, capAt.Sub(now).Truncate(time.Second))
+			if next <= w.cfg.LeaseMargin {
+				return time.Time{}, nil // at SQS's cap: the handler's deadline ends it
+			}
+			_, err := w.cfg.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(d.receipt),
+				VisibilityTimeout: int32(next / time.Second),
+			})
+			if err != nil {
+				return time.Time{}, err
+			}
+			return now.Add(next - w.cfg.LeaseMargin), nil
+		},
+	}
+	disp := w.proc.process(ctx, &d.msg, l)
+	log := w.log.With(slog.String("message_id", d.msg.ID))
+	switch disp.action {
+	case actAck:
+		del.add(d.receipt)
+	case actRetry, actDefer:
+		w.setVisibility(d, disp.delay, log)
+	case actDeadLetter:
+		w.deadLetter(d, disp.reason, del, log)
+	case actLeave:
+	}
+}
+
+func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Logger) {
+	secs := int32(min(max(delay, 0), MaxVisibility-time.Second).Round(time.Second) / time.Second)
+	_, err := w.cfg.SQS.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(d.receipt), VisibilityTimeout: secs,
+	})
+	if err != nil {
+		// The message becomes visible when its current timeout ends instead.
+		log.Warn("change visibility failed", slog.Any("error", err))
+	}
+}
+
+// deadLetter sends the message to the dead-letter queue with its reason and
+// deletes it from the source; without a dead-letter queue it is left for
+// SQS's own redrive (or retention) and logged.
+func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) {
+	if w.queue.DeadLetterURL == "" {
+		w.cfg.Metrics.count(OutcomePoisonKept)
+		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", reason))
+		return
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(d.attrs)+1)
+	for k, v := range d.attrs {
+		attrs[k] = v
+	}
+	attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(truncate(reason, 1024))}
+	if len(attrs) > 10 { // SQS allows ten message attributes
+		attrs = map[string]types.MessageAttributeValue{ReasonAttribute: attrs[ReasonAttribute]}
+	}
+	_, err := w.cfg.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.queue.DeadLetterURL), MessageBody: d.body, MessageAttributes: attrs,
+	})
+	if err != nil {
+		// Not deleted: the message comes back and is dead-lettered again.
+		w.cfg.Metrics.count(OutcomeStoreError)
+		log.Error("dead-letter send failed; message left on the queue", slog.Any("error", err))
+		return
+	}
+	w.cfg.Metrics.count(OutcomeDeadLettered)
+	del.add(d.receipt)
+}
+
+// returnMessages makes unstarted messages visible again at once.
+func (w *Worker) returnMessages(msgs []types.Message) {
+	for start := 0; start < len(msgs); start += 10 {
+		batch := msgs[start:min(start+10, len(msgs))]
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
+		for i, m := range batch {
+			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}
+		}
+		out, err := w.cfg.SQS.ChangeMessageVisibilityBatch(context.Background(), &sqs.ChangeMessageVisibilityBatchInput{
+			QueueUrl: aws.String(w.cfg.QueueURL), Entries: entries,
+		})
+		if err != nil {
+			w.log.Warn("returning unstarted messages failed; they reappear when their visibility ends", slog.Any("error", err))
+			continue
+		}
+		for range len(batch) - len(out.Failed) {
+			w.cfg.Metrics.count(OutcomeReturned)
+		}
+	}
+}
+
+// acquireSlots takes at least one free slot (blocking) and then as many more
+// as come free within fill, up to want, so receives fetch full batches under
+// load. It returns 0 if ctx ends first.
+func acquireSlots(ctx context.Context, slots chan struct{}, want int, fill time.Duration) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	var timer *time.Timer
+	for n < want {
+		select {
+		case slots <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		if timer == nil {
+			timer = time.NewTimer(fill)
+			defer timer.Stop()
+		}
+		select {
+		case slots <- struct{}{}:
+			n++
+		case <-timer.C:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
+}
+
+func releaseSlots(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// deleter batches acks into DeleteMessageBatch calls of up to ten, sending a
+// batch when it is full or its oldest entry has waited DeleteDelay.
+type deleter struct {
+	api     SQSAPI
+	url     *string
+	delay   time.Duration
+	metrics *Metrics
+	log     *slog.Logger
+	in      chan string
+}
+
+func newDeleter(api SQSAPI, url string, delay time.Duration, m *Metrics, log *slog.Logger) *deleter {
+	return &deleter{api: api, url: aws.String(url), delay: delay, metrics: m, log: log, in: make(chan string, 64)}
+}
+
+func (d *deleter) add(receipt string) { d.in <- receipt }
+
+func (d *deleter) close() { close(d.in) }
+
+func (d *deleter) run() {
+	batch := make([]string, 0, 10)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case r, ok := <-d.in:
+			if !ok {
+				d.flush(batch)
+				return
+			}
+			batch = append(batch, r)
+			if len(batch) == 1 {
+				timer.Reset(d.delay)
+			}
+			if len(batch) == 10 {
+				timer.Stop()
+				d.flush(batch)
+				batch = batch[:0]
+			}
+		case <-timer.C:
+			d.flush(batch)
+			batch = batch[:0]
+		}
+	}
+}
+
+func (d *deleter) flush(receipts []string) {
+	if len(receipts) == 0 {
+		return
+	}
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(receipts))
+	for i, r := range receipts {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r)}
+	}
+	d.metrics.deleteBatches.Inc()
+	out, err := d.api.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{QueueUrl: d.url, Entries: entries})
+	if err != nil {
+		// The claims are completed: the redeliveries will be acked as duplicates.
+		d.log.Warn("delete batch failed; the messages will come back as duplicates", slog.Int("messages", len(receipts)), slog.Any("error", err))
+		return
+	}
+	for _, f := range out.Failed {
+		d.log.Warn("delete failed; the message will come back as a duplicate",
+			slog.String("code", aws.ToString(f.Code)), slog.String("error", aws.ToString(f.Message)))
+	}
+}
+
