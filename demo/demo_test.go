@@ -1,0 +1,313 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/claimfirst/claimfirst/demo"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// payments is the size of the experiments in tests: small, yet 1 in 50 is 8.
+const payments = 400
+
+func TestRace(t *testing.T) {
+	t.Parallel()
+	// The race between the two copies is real, not staged: on a loaded
+	// machine a duplicate may find its first copy already remembered. Every
+	// measurement must show the invariants; one of a few must show the race.
+	const tries = 3
+	raced := false
+	for try := 1; try <= tries && !raced; try++ {
+		res, err := demo.Race(t.Context(), demo.Options{Payments: payments, Seed: int64(try)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deliveries := payments + payments/20
+		for _, r := range []demo.RaceRow{res.NoDedup, res.CheckThenAct, res.ClaimFirst} {
+			if r.Deliveries != deliveries || r.Payments != payments {
+				t.Fatalf("deliveries %d, payments %d; want %d, %d", r.Deliveries, r.Payments, deliveries, payments)
+			}
+		}
+		if res.NoDedup.Charges != deliveries {
+			t.Errorf("no deduplication: charges %d, want one per delivery, %d", res.NoDedup.Charges, deliveries)
+		}
+		if c := res.CheckThenAct.Charges; c < payments || c > deliveries {
+			t.Errorf("check, charge, then remember: charges %d, want %d to %d", c, payments, deliveries)
+		}
+		if res.ClaimFirst.Charges != payments {
+			t.Errorf("claim first: charges %d, want exactly one per payment, %d", res.ClaimFirst.Charges, payments)
+		}
+		if res.ClaimFirst.Receives <= deliveries {
+			t.Errorf("claim first: receives %d, want more than %d deliveries: a copy that finds the claim held is deferred and received again",
+				res.ClaimFirst.Receives, deliveries)
+		}
+		raced = res.CheckThenAct.Charges > payments
+		t.Logf("try %d: check, charge, then remember charged %d for %d payments", try, res.CheckThenAct.Charges, payments)
+	}
+	if !raced {
+		t.Errorf("check, charge, then remember charged each payment once in %d tries: the duplicates never raced the first copies", tries)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	res, err := demo.Release(t.Context(), demo.Options{Payments: payments, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := payments / 50
+	keep, rel := res.ClaimThenCharge, res.ReleaseOnFailure
+	for _, r := range []demo.ReleaseRow{keep, rel} {
+		if r.Payments != payments || r.FailedFirst != failed {
+			t.Fatalf("payments %d, first attempts failed %d; want %d, %d", r.Payments, r.FailedFirst, payments, failed)
+		}
+	}
+	if keep.Charges != payments-failed || keep.Skipped != failed || keep.Takeovers != 0 {
+		t.Errorf("claim, then charge: charges %d, skipped %d, takeovers %d; want %d, %d, 0",
+			keep.Charges, keep.Skipped, keep.Takeovers, payments-failed, failed)
+	}
+	if rel.Charges != payments || rel.Skipped != 0 || rel.Takeovers != failed {
+		t.Errorf("release on failure: charges %d, skipped %d, takeovers %d; want %d, 0, %d",
+			rel.Charges, rel.Skipped, rel.Takeovers, payments, failed)
+	}
+}
+
+func TestLease(t *testing.T) {
+	t.Parallel()
+	res, err := demo.Lease(t.Context(), demo.Options{Payments: payments, Seed: 3})
+	checkLease(t, res, err, payments)
+}
+
+func checkLease(t *testing.T, res demo.LeaseResult, err error, payments int) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := payments / 50
+	without, with := res.WithoutLease, res.WithLease
+	for _, r := range []demo.LeaseRow{without, with} {
+		if r.Payments != payments || r.Crashed != crashed {
+			t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, payments, crashed)
+		}
+	}
+	if without.Charges != payments-crashed || without.DeadLettered != crashed || without.Takeovers != 0 {
+		t.Errorf("claim without lease: charges %d, dead-lettered %d, takeovers %d; want %d, %d, 0",
+			without.Charges, without.DeadLettered, without.Takeovers, payments-crashed, crashed)
+	}
+	if with.Charges != payments || with.DeadLettered != 0 || with.Takeovers != crashed {
+		t.Errorf("claim with lease: charges %d, dead-lettered %d, takeovers %d; want %d, 0, %d",
+			with.Charges, with.DeadLettered, with.Takeovers, payments, crashed)
+	}
+}
+
+func TestKey(t *testing.T) {
+	t.Parallel()
+	// A charge whose answer outlasts the client's timeout is charged again
+	// without the key, so the injected timeouts must be the only ones.
+	opts := demo.WithAttemptTimeout(demo.Options{Payments: payments, Seed: 5}, time.Second)
+	res, err := demo.Key(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeouts := payments / 50
+	without, with := res.WithoutKey, res.WithKey
+	for _, r := range []demo.KeyRow{without, with} {
+		if r.Payments != payments || r.Timeouts != timeouts {
+			t.Fatalf("payments %d, timeouts %d; want %d, %d", r.Payments, r.Timeouts, payments, timeouts)
+		}
+	}
+	if without.Charges != payments+timeouts || without.Replays != 0 {
+		t.Errorf("retry without key: charges %d, replays %d; want %d, 0", without.Charges, without.Replays, payments+timeouts)
+	}
+	if with.Charges != payments || with.Replays < timeouts {
+		t.Errorf("retry with key: charges %d, replays %d; want %d, at least %d", with.Charges, with.Replays, payments, timeouts)
+	}
+}
+
+// TestSeed checks that the seed, not chance, chooses the faulty payments:
+// the counts of the deterministic experiments repeat exactly.
+func TestSeed(t *testing.T) {
+	t.Parallel()
+	opts := demo.Options{Payments: 100, Seed: 11}
+	a, err := demo.Release(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := demo.Release(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Errorf("same seed, different results:\n%+v\n%+v", a, b)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		opts demo.Options
+		want string
+	}{
+		{demo.Options{Payments: demo.MinPayments - 1}, "Payments"},
+		{demo.Options{Payments: demo.MaxPayments + 1}, "Payments"},
+		{demo.Options{Workers: 1}, "Workers"},
+		{demo.Options{Experiment: demo.Experiments + 1}, "Experiment"},
+		{demo.Options{Experiment: -1}, "Experiment"},
+	}
+	for _, tc := range tests {
+		err := demo.Run(context.Background(), tc.opts, new(bytes.Buffer))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.opts, err, tc.want)
+		}
+	}
+}
+
+// row is a table row as the design document shows it: a label, two or more
+// spaces, then "name number" pairs separated by two or more spaces.
+var (
+	rowRE  = regexp.MustCompile(`^(\S+(?: \S+)*)  +(\S.*)$`)
+	pairRE = regexp.MustCompile(`^([a-z]+(?: [a-z]+)*) ([0-9]+)$`)
+)
+
+type parsedRow struct {
+	label string
+	names []string
+	pairs map[string]int
+}
+
+func parseRow(line string) (parsedRow, bool) {
+	m := rowRE.FindStringSubmatch(line)
+	if m == nil {
+		return parsedRow{}, false
+	}
+	r := parsedRow{label: m[1], pairs: map[string]int{}}
+	for cell := range strings.SplitSeq(m[2], "   ") {
+		cell = strings.TrimSpace(cell)
+		if cell == "" {
+			continue
+		}
+		p := pairRE.FindStringSubmatch(cell)
+		if p == nil {
+			return parsedRow{}, false
+		}
+		n, err := strconv.Atoi(p[2])
+		if err != nil {
+			return parsedRow{}, false
+		}
+		r.names = append(r.names, p[1])
+		r.pairs[p[1]] = n
+	}
+	return r, len(r.names) > 0
+}
+
+// TestRunOutput checks the printed tables' shape and that their numbers are
+// the measured ones: every table row parses as a label and pairs, the labels
+// and pair names are those of the design document, every experiment has a
+// heading, and no line that is not a row looks like one.
+func TestRunOutput(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	const n = 100
+	opts := demo.WithAttemptTimeout(demo.Options{Payments: n, Seed: 2}, time.Second)
+	if err := demo.Run(t.Context(), opts, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		label string
+		names []string
+	}{
+		{"no deduplication", []string{"deliveries", "payments", "charges"}},
+		{"check, charge, then remember", []string{"deliveries", "payments", "charges"}},
+		{"claim first, atomically", []string{"deliveries", "payments", "charges"}},
+		{"claim, then charge", []string{"payments", "first attempts failed", "charges"}},
+		{"claim, charge, release on failure", []string{"payments", "first attempts failed", "charges"}},
+		{"claim without lease", []string{"payments", "crashed", "charges"}},
+		{"claim with lease", []string{"payments", "crashed", "charges"}},
+		{"retry without key", []string{"payments", "timeouts", "charges"}},
+		{"retry with idempotency key", []string{"payments", "timeouts", "charges"}},
+	}
+	var rows []parsedRow
+	headings := 0
+	for line := range strings.SplitSeq(strings.TrimRight(out.String(), "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "Experiment "):
+			headings++
+		case strings.Contains(line, "  "):
+			r, ok := parseRow(line)
+			if !ok {
+				t.Errorf("line %q has two spaces in a row but is not a label and pairs", line)
+				continue
+			}
+			rows = append(rows, r)
+		}
+	}
+	if headings != demo.Experiments {
+		t.Errorf("%d headings, want %d:\n%s", headings, demo.Experiments, out.String())
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d:\n%s", len(rows), len(want), out.String())
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r.label != w.label || fmt.Sprint(r.names) != fmt.Sprint(w.names) {
+			t.Errorf("row %d: %q %q, want %q %q", i, r.label, r.names, w.label, w.names)
+		}
+		if r.pairs["payments"] != n {
+			t.Errorf("row %q: payments %d, want %d", r.label, r.pairs["payments"], n)
+		}
+	}
+	// The numbers that do not depend on timing.
+	for label, charges := range map[string]int{
+		"no deduplication": n + n/20, "claim first, atomically": n,
+		"claim, then charge": n - n/50, "claim, charge, release on failure": n,
+		"claim without lease": n - n/50, "claim with lease": n,
+		"retry without key": n + n/50, "retry with idempotency key": n,
+	} {
+		for _, r := range rows {
+			if r.label == label && r.pairs["charges"] != charges {
+				t.Errorf("row %q: charges %d, want %d", label, r.pairs["charges"], charges)
+			}
+		}
+	}
+}
+
+func TestRunOneExperiment(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := demo.Run(t.Context(), demo.Options{Payments: 100, Experiment: 3}, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.HasPrefix(s, "Experiment 3:") || strings.Contains(s, "Experiment 1") || !strings.Contains(s, "claim with lease") {
+		t.Errorf("Run with Experiment 3 printed:\n%s", s)
+	}
+}
+
+// ExampleLease shows experiment 3's numbers, which the seed fixes: a claim
+// without a lease never lets the redelivery in; with a lease it takes over.
+func ExampleLease() {
+	res, err := demo.Lease(context.Background(), demo.Options{Payments: 100, Seed: 1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("without lease: %d crashed, %d charges, %d dead-lettered\n",
+		res.WithoutLease.Crashed, res.WithoutLease.Charges, res.WithoutLease.DeadLettered)
+	fmt.Printf("with lease:    %d crashed, %d charges, %d takeovers\n",
+		res.WithLease.Crashed, res.WithLease.Charges, res.WithLease.Takeovers)
+	// Output:
+	// without lease: 2 crashed, 98 charges, 2 dead-lettered
+	// with lease:    2 crashed, 100 charges, 2 takeovers
+}

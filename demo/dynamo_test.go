@@ -1,0 +1,90 @@
+package demo_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/demo"
+	"github.com/claimfirst/claimfirst/internal/awstest"
+)
+
+// dynamoTable returns a client and a fresh claim table on the emulator.
+func dynamoTable(t *testing.T) (*dynamodb.Client, string) {
+	t.Helper()
+	cfg := awstest.Config(t)
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	client := dynamodb.NewFromConfig(cfg)
+	table := awstest.Name("demo")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := dynamo.CreateTable(ctx, client, dynamo.TableSpec{Name: table}); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	return client, table
+}
+
+// TestRaceDynamoDB runs experiment 1 with claims in DynamoDB: exactly one
+// charge per payment, and the table holds one completed claim per payment.
+func TestRaceDynamoDB(t *testing.T) {
+	t.Parallel()
+	client, table := dynamoTable(t)
+	const n = 100
+	res, err := demo.Race(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.DynamoDBStores(client, table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ClaimFirst.Charges != n || res.ClaimFirst.Deliveries != n+n/20 {
+		t.Errorf("claim first on DynamoDB: deliveries %d, charges %d; want %d, %d",
+			res.ClaimFirst.Deliveries, res.ClaimFirst.Charges, n+n/20, n)
+	}
+
+	// Only the claim-first row uses the store, so the table holds its claims.
+	statuses := map[string]int{}
+	prefixes := map[string]bool{}
+	p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{TableName: aws.String(table)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range page.Items {
+			status, _ := item["status"].(*types.AttributeValueMemberS)
+			pk, _ := item[dynamo.DefaultKeyAttribute].(*types.AttributeValueMemberS)
+			token, _ := item["token"].(*types.AttributeValueMemberN)
+			if status == nil || pk == nil || token == nil {
+				t.Fatalf("item without status, key or token: %v", item)
+			}
+			statuses[status.Value]++
+			prefixes[pk.Value[:strings.LastIndexByte(pk.Value, '/')+1]] = true
+			if token.Value != "1" {
+				t.Errorf("claim %s has token %s, want 1: nobody took it over", pk.Value, token.Value)
+			}
+		}
+	}
+	if statuses["COMPLETED"] != n || len(statuses) != 1 {
+		t.Errorf("table holds claims by status %v, want %d COMPLETED and nothing else", statuses, n)
+	}
+	if len(prefixes) != 1 {
+		t.Errorf("claims under %d prefixes %v, want the row's one", len(prefixes), prefixes)
+	}
+}
+
+// TestLeaseDynamoDB runs experiment 3 with claims in DynamoDB, whose lease
+// conditions compare with the store's clock that the demo moves forward.
+func TestLeaseDynamoDB(t *testing.T) {
+	t.Parallel()
+	client, table := dynamoTable(t)
+	const n = 100
+	res, err := demo.Lease(t.Context(), demo.Options{Payments: n, Seed: 4, NewStore: demo.DynamoDBStores(client, table)})
+	checkLease(t, res, err, n)
+}
