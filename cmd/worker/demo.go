@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/demo"
+)
+
+// cmdDemo runs the experiments of package demo and prints their tables.
+func cmdDemo(ctx context.Context, args []string, io stdio) error {
+	s := newSettings("demo", io)
+	store := s.String("store", "", "memory", "claim store for the claim-based rows: memory or dynamodb")
+	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb)")
+	experiment := s.Int("experiment", "", 0, fmt.Sprintf("experiment to run, 1 to %d (0: all)", demo.Experiments))
+	payments := s.Int("payments", "", 2000, fmt.Sprintf("payments per row, %d to %d", demo.MinPayments, demo.MaxPayments))
+	seed := s.Int("seed", "", 1, "chooses which payments are redelivered, fail, crash or time out")
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if *experiment < 0 || *experiment > demo.Experiments {
+		return usagef("-experiment %d: want 1 to %d, or 0 for all", *experiment, demo.Experiments)
+	}
+	if *payments < demo.MinPayments || *payments > demo.MaxPayments {
+		return usagef("-payments %d: want %d to %d", *payments, demo.MinPayments, demo.MaxPayments)
+	}
+	opts := demo.Options{
+		Payments:   *payments,
+		Seed:       int64(*seed),
+		Experiment: *experiment,
+		Progress:   io.stderr,
+	}
+	switch *store {
+	case "memory":
+		// The table is not used; CLAIM_TABLE may well be set for `worker run`.
+	case "dynamodb":
+		if err := require(*table, "table", "CLAIM_TABLE"); err != nil {
+			return err
+		}
+		cfg, err := loadAWS(ctx)
+		if err != nil {
+			return err
+		}
+		client := dynamodb.NewFromConfig(cfg)
+		if err := dynamo.CreateTable(ctx, client, dynamo.TableSpec{Name: *table}); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		opts.NewStore = demo.DynamoDBStores(client, *table)
+	default:
+		return usagef("-store %q: want memory or dynamodb", *store)
+	}
+	start := time.Now()
+	if err := demo.Run(ctx, opts, io.stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(io.stderr, "demo: claim store %s, %d payments, seed %d: done in %s\n",
+		*store, *payments, *seed, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
