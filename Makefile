@@ -34,6 +34,10 @@ lint: ## Run golangci-lint (installed into bin/ at the pinned version if missing
 	@test -x $(BIN)/golangci-lint || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(BIN)/golangci-lint run ./...
 
+.PHONY: demo
+demo: ## Run the experiments on the embedded defaults.
+	$(GO) run ./cmd/worker demo
+
 .PHONY: emulator
 emulator: ## Serve the emulator (SQS + DynamoDB) on a free loopback port until Ctrl-C.
 	$(EMULATOR)
