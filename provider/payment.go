@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -67,8 +68,8 @@ func checkID(s string) error {
 	case s[0] == ' ' || s[len(s)-1] == ' ':
 		return errors.New("has leading or trailing space")
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
+	for i, r := range s {
+		if unicode.IsControl(r) { // C0, DEL and C1
 			return fmt.Errorf("has a control character at byte %d", i)
 		}
 	}

@@ -66,7 +66,7 @@ func TestCheckKey(t *testing.T) {
 			t.Errorf("CheckKey(%q) = %v, want nil", key, err)
 		}
 	}
-	for _, key := range []string{"", strings.Repeat("k", 256), " lead", "trail ", "tab\there", "nul\x00", "del\x7f", "bad\xffutf8", "\uFFFD"} {
+	for _, key := range []string{"", strings.Repeat("k", 256), " lead", "trail ", "tab\there", "nul\x00", "del\x7f", "c1\u0085", "bad\xffutf8", "\uFFFD"} {
 		if err := provider.CheckKey(key); err == nil {
 			t.Errorf("CheckKey(%q) = nil, want an error", key)
 		}
