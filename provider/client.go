@@ -243,12 +243,14 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // maxResponseBytes bounds how much of an answer is read.
 const maxResponseBytes = 64 << 10
 
-// Charge charges p once, whatever happens: it sends key as the Idempotency-Key
-// of every attempt, so the provider charges at most once per key and replays
-// the first result to later attempts. Outcomes that are unknown are retried
-// up to MaxAttempts, with backoff, until ctx ends. Every error is an *Error;
-// a key or payment that can never be sent (see CheckKey and
-// Payment.Validate) fails with KindBadRequest before any request.
+// Charge asks the provider to charge p under key. Every attempt carries key
+// as its Idempotency-Key, so a provider that honours keys charges at most
+// once per key and replays the first result to later attempts, including
+// those of a later Charge (a redelivered message). Outcomes that are
+// unknown are retried up to MaxAttempts, with backoff, until ctx ends.
+// Every error is an *Error; a key or payment that can never be sent (see
+// CheckKey and Payment.Validate) fails with KindBadRequest before any
+// request.
 func (c *Client) Charge(ctx context.Context, key string, p Payment) (Charge, error) {
 	if err := CheckKey(key); err != nil {
 		return Charge{}, &Error{Kind: KindBadRequest, Reason: err.Error()}
