@@ -7,6 +7,7 @@ BIN := bin
 GOLANGCI_LINT_VERSION ?= v2.15.0
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 EMULATOR := emulator/with-emulator.sh
+IMAGE ?= claimfirst-worker
 
 .DEFAULT_GOAL := help
 
@@ -19,11 +20,20 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
+test: cfn-lint ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(EMULATOR) $(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: cfn-lint
+cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
+	@command -v cfn-lint >/dev/null || { echo "cfn-lint is not installed: pip install cfn-lint" >&2; exit 3; }
+	cfn-lint template.yaml
+
+.PHONY: docker
+docker: ## Build the container image that runs `worker run` (IMAGE=claimfirst-worker).
+	docker build -t $(IMAGE) .
 
 .PHONY: unit
 unit: ## Run the tests that need no emulator (the others skip, saying so).
