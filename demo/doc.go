@@ -29,5 +29,6 @@
 // them. The claim-based rows use the claim store from Options.NewStore (the
 // memory store by default, or a DynamoDB table). The store's clock is moved
 // forward by the visibility timeout instead of sleeping, so leases expire in
-// no time.
+// no time. In experiments 1 to 3 the provider ignores idempotency keys, so
+// the charges count what the consumer did alone; experiment 4 is about the key.
 package demo
