@@ -16,6 +16,32 @@ import sys
 import threading
 
 
+def speed_up_sqs_receive() -> None:
+    """Make moto's ReceiveMessage cost O(batch) instead of O(batch x queue).
+
+    moto checks each received message's retention by computing all the
+    queue's attributes, which counts every message in the queue: a receive
+    from a backlog of 1,000 took about 2 s. Reading the one attribute it needs
+    gives the same answer in microseconds, so backlogs and benchmarks measure
+    the worker rather than the emulator.
+    """
+    try:
+        from moto.core.utils import unix_time
+        from moto.sqs.models import SQSBackend
+    except ImportError:
+        return
+
+    def is_message_valid_based_on_retention_period(self, queue_name, message):
+        queue = self.get_queue(queue_name)
+        retention = int(queue.message_retention_period)
+        return retention + message.sent_timestamp / 1000 > unix_time()
+
+    if hasattr(SQSBackend, "is_message_valid_based_on_retention_period"):
+        SQSBackend.is_message_valid_based_on_retention_period = (
+            is_message_valid_based_on_retention_period
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -37,6 +63,7 @@ def main() -> int:
         )
         return 3
 
+    speed_up_sqs_receive()
     moto_app = DomainDispatcherApplication(create_backend_app)
     dynamo_lock = threading.Lock()
 
@@ -52,6 +79,7 @@ def main() -> int:
     class QuietHandler(WSGIRequestHandler):
         def log_request(self, *a, **kw):  # one line per request drowns test output
             pass
+
 
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=QuietHandler
