@@ -54,8 +54,10 @@ type Config struct {
 	MinRetryBackoff time.Duration
 	// MaxRetryBackoff caps the retry delay. Defaults to 5m.
 	MaxRetryBackoff time.Duration
-	// DeleteDelay is the longest an ack waits to be batched with others.
-	// Defaults to 50ms.
+	// DeleteDelay is the longest an ack waits to be batched with others. The
+	// claim is completed before, so a crash meanwhile costs a duplicate
+	// delivery, not a second effect. Defaults to a twentieth of
+	// VisibilityTimeout, at most 1s.
 	DeleteDelay time.Duration
 	// WaitTime is the long poll's wait. Defaults to 20s.
 	WaitTime time.Duration
@@ -89,9 +91,6 @@ func (c *Config) setDefaults() {
 	if c.MaxRetryBackoff == 0 {
 		c.MaxRetryBackoff = 5 * time.Minute
 	}
-	if c.DeleteDelay == 0 {
-		c.DeleteDelay = 50 * time.Millisecond
-	}
 	if c.WaitTime == 0 {
 		c.WaitTime = 20 * time.Second
 	}
@@ -122,6 +121,9 @@ func (c *Config) setQueueDefaults(q QueueInfo) {
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention(q)
+	}
+	if c.DeleteDelay == 0 {
+		c.DeleteDelay = min(c.VisibilityTimeout/20, time.Second)
 	}
 }
 

@@ -91,10 +91,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	delDone := make(chan struct{})
 	go func() { defer close(delDone); del.run() }()
 
-	slots := make(chan struct{}, w.cfg.Concurrency)
+	// A message holds a slot from its receive to its end; at most
+	// Concurrency run handlers at once, and the rest (at most one batch per
+	// poller) wait for a runner. Pollers receive only full batches of ten:
+	// fewer than ten free slots means every runner is busy, so waiting for
+	// ten idles nothing and halves the receives per message.
+	p := &pool{
+		slots:   make(chan struct{}, w.cfg.Concurrency+receiveBatch*w.cfg.Pollers),
+		running: make(chan struct{}, w.cfg.Concurrency),
+	}
 	var handlers, pollers sync.WaitGroup
 	for range w.cfg.Pollers {
-		pollers.Go(func() { w.poll(ctx, hctx, slots, &handlers, del) })
+		pollers.Go(func() { w.poll(ctx, hctx, p, &handlers, del) })
 	}
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
@@ -123,18 +131,49 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// poll receives messages while ctx lives, never more than there are free
-// handler slots, so nothing waits in a buffer while its visibility runs out.
-func (w *Worker) poll(ctx, hctx context.Context, slots chan struct{}, handlers *sync.WaitGroup, del *deleter) {
+// receiveBatch is SQS's largest receive.
+const receiveBatch = 10
+
+// pool bounds the messages a worker holds (slots) and runs (running).
+type pool struct {
+	mu      sync.Mutex // one poller at a time takes a whole batch of slots
+	slots   chan struct{}
+	running chan struct{}
+}
+
+// take blocks until n slots are free and takes them, or returns false when
+// ctx ends first (having taken none).
+func (p *pool) take(ctx context.Context, n int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range n {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			p.give(i)
+			return false
+		}
+	}
+	return true
+}
+
+func (p *pool) give(n int) {
+	for range n {
+		<-p.slots
+	}
+}
+
+// poll receives batches while ctx lives, never more messages than there are
+// free slots, so memory stays flat however deep the backlog.
+func (w *Worker) poll(ctx, hctx context.Context, p *pool, handlers *sync.WaitGroup, del *deleter) {
 	for {
-		n := acquireSlots(ctx, slots, min(10, w.cfg.Concurrency), 20*time.Millisecond)
-		if n == 0 {
+		if !p.take(ctx, receiveBatch) {
 			return
 		}
 		received := w.cfg.Now()
 		out, err := w.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(w.cfg.QueueURL),
-			MaxNumberOfMessages:         int32(n),
+			MaxNumberOfMessages:         receiveBatch,
 			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
 			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
@@ -146,24 +185,33 @@ func (w *Worker) poll(ctx, hctx context.Context, slots chan struct{}, handlers *
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.Error("receive failed", slog.Any("error", err))
-			releaseSlots(slots, n)
+			p.give(receiveBatch)
 			sleepCtx(ctx, time.Second)
 			continue
 		}
 		w.cfg.Metrics.received.Add(float64(len(msgs)))
-		releaseSlots(slots, n-len(msgs))
-		if ctx.Err() != nil {
-			// Stopping: give back what arrived with the last poll, unstarted.
-			w.returnMessages(msgs)
-			releaseSlots(slots, len(msgs))
-			return
-		}
+		p.give(receiveBatch - len(msgs))
 		for i := range msgs {
 			d := w.delivery(&msgs[i], received)
 			handlers.Go(func() {
-				defer releaseSlots(slots, 1)
+				defer p.give(1)
+				select {
+				case p.running <- struct{}{}:
+				case <-ctx.Done():
+					// Stopping before it started: give it back at once.
+					w.returnMessages(msgs[i : i+1])
+					return
+				}
+				defer func() { <-p.running }()
+				if ctx.Err() != nil {
+					w.returnMessages(msgs[i : i+1])
+					return
+				}
 				w.handle(hctx, d, del)
 			})
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
@@ -287,46 +335,6 @@ func (w *Worker) returnMessages(msgs []types.Message) {
 	}
 }
 
-// acquireSlots takes at least one free slot (blocking) and then as many more
-// as come free within fill, up to want, so receives fetch full batches under
-// load. It returns 0 if ctx ends first.
-func acquireSlots(ctx context.Context, slots chan struct{}, want int, fill time.Duration) int {
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
-	}
-	n := 1
-	var timer *time.Timer
-	for n < want {
-		select {
-		case slots <- struct{}{}:
-			n++
-			continue
-		default:
-		}
-		if timer == nil {
-			timer = time.NewTimer(fill)
-			defer timer.Stop()
-		}
-		select {
-		case slots <- struct{}{}:
-			n++
-		case <-timer.C:
-			return n
-		case <-ctx.Done():
-			return n
-		}
-	}
-	return n
-}
-
-func releaseSlots(slots chan struct{}, n int) {
-	for range n {
-		<-slots
-	}
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -409,4 +417,3 @@ func (d *deleter) flush(receipts []string) {
 			slog.String("code", aws.ToString(f.Code)), slog.String("error", aws.ToString(f.Message)))
 	}
 }
-

@@ -103,7 +103,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 
 // loadAWS reads the SDK's standard configuration chain.
 func loadAWS(ctx context.Context) (aws.Config, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(worker.HTTPClient(256)))
 	if err != nil {
 		return aws.Config{}, usagef("AWS configuration: %v", err)
 	}
