@@ -24,7 +24,7 @@ var table = struct {
 	err  error
 }{}
 
-func client(t *testing.T, counter *awsreq.Counter) *dynamodb.Client {
+func client(t testing.TB, counter *awsreq.Counter) *dynamodb.Client {
 	t.Helper()
 	cfg := awstest.Config(t)
 	if counter != nil {
@@ -43,7 +43,7 @@ func client(t *testing.T, counter *awsreq.Counter) *dynamodb.Client {
 	return c
 }
 
-func newStore(t *testing.T, c *dynamodb.Client, now func() time.Time) *dynamo.Store {
+func newStore(t testing.TB, c *dynamodb.Client, now func() time.Time) *dynamo.Store {
 	t.Helper()
 	s, err := dynamo.New(dynamo.Config{Client: c, Table: table.name, KeyPrefix: "svc#", Now: now})
 	if err != nil {

@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/awsreq"
+	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// BenchmarkWorker drains a backlog of b.N messages with one in-process
+// worker and reports what each message cost: AWS requests (counted on the
+// wire by SDK middleware, per operation) and the worker's CPU time. The
+// baseline is the same worker with claims switched off (a store that grants
+// every claim without a request). Run with `make bench`.
+func BenchmarkWorker(b *testing.B) {
+	for _, mode := range []string{"claims", "baseline-no-claims"} {
+		b.Run(mode, func(b *testing.B) { benchWorker(b, mode == "claims") })
+	}
+}
+
+func benchWorker(b *testing.B, claims bool) {
+	cfg := awstest.Config(b)
+	counter := awsreq.NewCounter()
+	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
+	cfg.HTTPClient = worker.HTTPClient(64)
+	ctx := context.Background()
+	sq := sqs.NewFromConfig(cfg)
+	ddb := dynamodb.NewFromConfig(cfg)
+
+	q, table := benchResources(b, sq, ddb)
+
+	bodies := make([]string, b.N)
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf(`{"payment_id":"bench_%d_%d","amount":100,"currency":"EUR"}`, time.Now().UnixNano(), i)
+	}
+	benchSend(b, sq, q, bodies)
+
+	var store claimstore.Store = nopStore{}
+	if claims {
+		s, err := dynamo.New(dynamo.Config{Client: ddb, Table: table})
+		if err != nil {
+			b.Fatal(err)
+		}
+		store = s
+	}
+	metrics := worker.NewMetrics(nil)
+	handled := make(chan struct{}, b.N)
+	w, err := worker.New(ctx, worker.Config{
+		QueueURL: q, SQS: sq, Store: store, Concurrency: 32, Metrics: metrics,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+			handled <- struct{}{}
+			return "ok", nil
+		}),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	counter.Reset()
+	user0, cpu0 := cpuTime()
+	b.ResetTimer()
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	for range b.N {
+		<-handled
+	}
+	// Wait for the last acks to be sent.
+	for metrics.Count(worker.OutcomeCompleted) < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	user1, cpu1 := cpuTime()
+	cpu, user := cpu1-cpu0, user1-user0
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(counter.Service("DynamoDB"))/n, "ddb-req/msg")
+	b.ReportMetric(float64(counter.Service("SQS"))/n, "sqs-req/msg")
+	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/msg")
+	b.ReportMetric(float64(user.Microseconds())/n, "user-µs/msg")
+	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
+}
+
+func benchResources(b *testing.B, sq *sqs.Client, ddb *dynamodb.Client) (queueURL, table string) {
+	b.Helper()
+	ctx := context.Background()
+	out, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: strPtr(awstest.Name("bench")),
+		Attributes: map[string]string{"VisibilityTimeout": "30"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	table = awstest.Name("bench-claims")
+	if err := dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: table}); err != nil {
+		b.Fatal(err)
+	}
+	return *out.QueueUrl, table
+}
+
+// cpuTime returns this process's user CPU time and user+system CPU time.
+func cpuTime() (user, total time.Duration) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func strPtr(s string) *string { return &s }
+
+// nopStore grants every claim without a request: the baseline without claims.
+type nopStore struct{}
+
+func (nopStore) Acquire(_ context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: claimstore.Claim{Key: p.Key, Token: 1}}, nil
+}
+func (nopStore) Renew(context.Context, claimstore.RenewParams) error       { return nil }
+func (nopStore) Complete(context.Context, claimstore.CompleteParams) error { return nil }
+func (nopStore) Release(context.Context, string, int64) error              { return nil }
+func (nopStore) Get(context.Context, string) (claimstore.Claim, error) {
+	return claimstore.Claim{}, claimstore.ErrNotFound
+}
+
+func benchSend(b *testing.B, sq *sqs.Client, url string, bodies []string) {
+	b.Helper()
+	for start := 0; start < len(bodies); start += 10 {
+		batch := bodies[start:min(start+10, len(bodies))]
+		entries := make([]sqstypes.SendMessageBatchRequestEntry, len(batch))
+		for i, body := range batch {
+			entries[i] = sqstypes.SendMessageBatchRequestEntry{Id: strPtr(fmt.Sprint(i)), MessageBody: strPtr(body)}
+		}
+		if _, err := sq.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: &url, Entries: entries}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

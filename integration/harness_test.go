@@ -1,0 +1,342 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/provider/fakeprovider"
+)
+
+// workerBin is the worker binary built once for the package's tests.
+var workerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "claimfirst-integration")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	workerBin = filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-race", "-o", workerBin, "../cmd/worker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build worker:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one test's resources: a queue with a DLQ, a claim table and a fake provider.
+type env struct {
+	t        *testing.T
+	sqs      *sqs.Client
+	ddb      *dynamodb.Client
+	queueURL string
+	dlqURL   string
+	table    string
+	fake     *fakeprovider.Server
+	provURL  string
+	visSecs  int
+}
+
+type envOptions struct {
+	visibility     time.Duration // queue visibility timeout; default 5s
+	maxReceive     int           // default 5
+	queueRetention time.Duration // default 4 days
+	noDLQ          bool
+	fake           fakeprovider.Config
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	cfg := awstest.Config(t)
+	if o.visibility == 0 {
+		o.visibility = 5 * time.Second
+	}
+	if o.maxReceive == 0 {
+		o.maxReceive = 5
+	}
+	if o.queueRetention == 0 {
+		o.queueRetention = 96 * time.Hour
+	}
+	e := &env{t: t, sqs: sqs.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), table: awstest.Name("claims"), visSecs: int(o.visibility.Seconds())}
+	ctx := context.Background()
+	attrs := map[string]string{
+		"VisibilityTimeout":      strconv.Itoa(e.visSecs),
+		"MessageRetentionPeriod": strconv.Itoa(int(o.queueRetention.Seconds())),
+	}
+	if !o.noDLQ {
+		dlq, err := e.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(awstest.Name("dlq")),
+			Attributes: map[string]string{"MessageRetentionPeriod": "1209600"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.dlqURL = aws.ToString(dlq.QueueUrl)
+		arn, err := e.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"QueueArn"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"%d"}`, arn.Attributes["QueueArn"], o.maxReceive)
+	}
+	q, err := e.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(awstest.Name("payments")), Attributes: attrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.queueURL = aws.ToString(q.QueueUrl)
+	if err := dynamo.CreateTable(ctx, e.ddb, dynamo.TableSpec{Name: e.table}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake = fakeprovider.New(o.fake)
+	srv := httptest.NewServer(e.fake)
+	t.Cleanup(func() { e.fake.Close(); srv.Close() })
+	e.provURL = srv.URL
+	return e
+}
+
+func payments(prefix string, n int) []provider.Payment {
+	ps := make([]provider.Payment, n)
+	for i := range ps {
+		ps[i] = provider.Payment{PaymentID: fmt.Sprintf("%s_%04d", prefix, i), Amount: int64(100 + i), Currency: "EUR"}
+	}
+	return ps
+}
+
+// send puts one message per body on the queue, in batches of ten.
+func (e *env) send(bodies ...string) {
+	e.t.Helper()
+	for start := 0; start < len(bodies); start += 10 {
+		batch := bodies[start:min(start+10, len(bodies))]
+		entries := make([]types.SendMessageBatchRequestEntry, len(batch))
+		for i, b := range batch {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(b)}
+		}
+		out, err := e.sqs.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(e.queueURL), Entries: entries})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(out.Failed) > 0 {
+			e.t.Fatalf("send: %d failed", len(out.Failed))
+		}
+	}
+}
+
+func (e *env) sendPayments(ps []provider.Payment) {
+	e.t.Helper()
+	bodies := make([]string, len(ps))
+	for i, p := range ps {
+		b, _ := json.Marshal(p)
+		bodies[i] = string(b)
+	}
+	e.send(bodies...)
+}
+
+// queueDepth returns visible + in-flight + delayed messages.
+func (e *env) queueDepth(url string) int {
+	e.t.Helper()
+	out, err := e.sqs.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, v := range out.Attributes {
+		k, _ := strconv.Atoi(v)
+		n += k
+	}
+	return n
+}
+
+// waitDrained waits until the source queue is empty.
+func (e *env) waitDrained(timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.queueDepth(e.queueURL) > 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("queue not drained after %s: %d messages left; provider stats %+v", timeout, e.queueDepth(e.queueURL), e.fake.Stats())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dlqMessages drains the dead-letter queue and returns its messages.
+func (e *env) dlqMessages() []types.Message {
+	e.t.Helper()
+	var all []types.Message
+	for {
+		out, err := e.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(e.dlqURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageAttributeNames: []string{"All"}, VisibilityTimeout: 60,
+		})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			return all
+		}
+		all = append(all, out.Messages...)
+	}
+}
+
+// assertChargedOnce checks every payment was charged exactly once and nothing else was.
+func (e *env) assertChargedOnce(ps []provider.Payment) fakeprovider.Stats {
+	e.t.Helper()
+	st := e.fake.Stats()
+	for _, p := range ps {
+		if n := st.ChargesByPayment[p.PaymentID]; n != 1 {
+			e.t.Errorf("payment %s charged %d times, want 1", p.PaymentID, n)
+		}
+	}
+	if st.Charges != int64(len(ps)) {
+		e.t.Errorf("charges = %d, want %d (one per payment)", st.Charges, len(ps))
+	}
+	return st
+}
+
+// proc is a worker process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type workerOptions struct {
+	concurrency int
+	extraEnv    []string
+}
+
+func (e *env) workerEnv(o workerOptions) []string {
+	if o.concurrency == 0 {
+		o.concurrency = 8
+	}
+	env := append(os.Environ(),
+		"QUEUE_URL="+e.queueURL,
+		"CLAIM_TABLE="+e.table,
+		"PROVIDER_URL="+e.provURL,
+		"WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency),
+		"LOG_LEVEL=info",
+		"SHUTDOWN_TIMEOUT=10s",
+		"PROVIDER_TIMEOUT=2s",
+	)
+	return append(env, o.extraEnv...)
+}
+
+// start runs a worker process; it is killed at the end of the test if still running.
+func (e *env) start(name string, o workerOptions, args ...string) *proc {
+	e.t.Helper()
+	if len(args) == 0 {
+		args = []string{"run"}
+	}
+	p := &proc{name: name, cmd: exec.Command(workerBin, args...), log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = e.workerEnv(o)
+	p.cmd.Stdout = p.log
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			e.t.Logf("--- %s log (last 40 lines) ---\n%s", p.name, tail(p.log.String(), 40))
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	return p.wait(t, timeout)
+}
+
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s", p.name, timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// logCount counts log lines whose msg contains s.
+func (p *proc) logCount(s string) int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(p.log.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(line.Msg, s) {
+			n++
+		}
+	}
+	return n
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,270 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/provider/fakeprovider"
+)
+
+// TestConcurrentDuplicates sends every payment twice (a producer's retry is
+// a new message for the same payment) to two worker processes, with a
+// provider that ignores keys: only the claims stand between a duplicate and
+// a second charge.
+func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{fake: fakeprovider.Config{IgnoreKeys: true, Latency: 5 * time.Millisecond}})
+	ps := payments("dup", 150)
+	var msgs []provider.Payment
+	for _, p := range ps {
+		msgs = append(msgs, p, p) // adjacent copies race each other in one batch
+	}
+	e.sendPayments(msgs)
+	w1 := e.start("w1", workerOptions{})
+	w2 := e.start("w2", workerOptions{})
+	e.waitDrained(2 * time.Minute)
+	st := e.assertChargedOnce(ps)
+	for _, w := range []*proc{w1, w2} {
+		if code := w.stop(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d", w.name, code)
+		}
+	}
+	dups := w1.logCount("duplicate") + w2.logCount("duplicate")
+	deferred := w1.logCount("deferred") + w2.logCount("deferred")
+	t.Logf("payments %d, deliveries %d, charges %d, provider calls %d, duplicates acked %d, deferred %d",
+		len(ps), len(msgs), st.Charges, st.Calls, dups, deferred)
+	if dups == 0 {
+		t.Error("no duplicate was acked: the test did not exercise deduplication")
+	}
+	if n := len(e.dlqMessages()); n != 0 {
+		t.Errorf("%d messages dead-lettered, want 0", n)
+	}
+}
+
+// TestProviderFaults injects failures before charging and timeouts after
+// charging with a provider that honours keys: every payment is charged
+// exactly once and none is lost.
+func TestProviderFaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{fake: fakeprovider.Config{
+		FailBeforeCharge: 0.15, ChargeThenTimeout: 0.15, TimeoutDelay: 3 * time.Second,
+	}})
+	ps := payments("fault", 150)
+	e.sendPayments(ps)
+	w := e.start("w1", workerOptions{extraEnv: []string{"PROVIDER_TIMEOUT=300ms", "PROVIDER_ATTEMPTS=2"}})
+	e.waitDrained(3 * time.Minute)
+	st := e.assertChargedOnce(ps)
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d", code)
+	}
+	if st.Faults == 0 || st.Replays == 0 {
+		t.Errorf("faults %d, replays %d: the faults were not exercised", st.Faults, st.Replays)
+	}
+	t.Logf("payments %d, provider calls %d, charges %d, injected faults %d, replays %d, released %d",
+		len(ps), st.Calls, st.Charges, st.Faults, st.Replays, w.logCount("claim released"))
+	if n := len(e.dlqMessages()); n != 0 {
+		t.Errorf("%d messages dead-lettered, want 0", n)
+	}
+}
+
+// TestCrash kills one of three workers with SIGKILL again and again while
+// messages flow, restarting it each time.
+func TestCrash(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 20 * time.Millisecond}})
+	ps := payments("crash", 300)
+	e.sendPayments(ps)
+	opts := workerOptions{concurrency: 8}
+	e.start("steady-1", opts)
+	e.start("steady-2", opts)
+	kills := 0
+	victim := e.start("victim-0", opts)
+	deadline := time.Now().Add(3 * time.Minute)
+	for e.queueDepth(e.queueURL) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Duration(400+rand.IntN(600)) * time.Millisecond)
+		victim.kill()
+		kills++
+		victim = e.start(fmt.Sprintf("victim-%d", kills), opts)
+	}
+	e.waitDrained(2 * time.Minute)
+	st := e.assertChargedOnce(ps)
+	if n := len(e.dlqMessages()); n != 0 {
+		t.Errorf("%d messages dead-lettered, want 0", n)
+	}
+	if kills < 3 {
+		t.Errorf("only %d kills: the queue drained too fast to test crashes", kills)
+	}
+	t.Logf("payments %d, kills %d, provider calls %d, charges %d, replays %d", len(ps), kills, st.Calls, st.Charges, st.Replays)
+}
+
+// TestStalledWorker stops a worker (SIGSTOP) while it holds a claim, for
+// longer than its lease; another worker takes the message over. When the
+// first resumes, its late writes are rejected by the fencing token.
+func TestStalledWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{IgnoreKeys: true, Latency: 1500 * time.Millisecond}})
+	ps := payments("stall", 1)
+	e.sendPayments(ps)
+	a := e.start("stalled", workerOptions{concurrency: 1})
+	waitFor(t, 30*time.Second, "the first worker to call the provider", func() bool { return e.fake.Stats().Calls >= 1 })
+	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
+	b := e.start("taker", workerOptions{concurrency: 1})
+	waitFor(t, 60*time.Second, "the second worker to complete the payment", func() bool { return b.logCount("completed") == 1 })
+	time.Sleep(time.Second) // well past the stalled worker's lease
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	waitFor(t, 30*time.Second, "the stalled worker to notice its lease is lost", func() bool { return a.logCount("lease lost") >= 1 })
+	e.waitDrained(time.Minute)
+	// The provider ignores keys, so the only guard against a second charge
+	// from the resumed worker is the claim: it already charged before the
+	// stall, the taker charged again (that is the price of a provider
+	// without keys), and the resumed worker must neither complete nor ack.
+	if n := a.logCount("completed"); n != 0 {
+		t.Errorf("the stalled worker completed %d claims after losing its lease", n)
+	}
+	st := e.fake.Stats()
+	if st.Charges > 2 {
+		t.Errorf("charges = %d, want at most 2 (stalled attempt + takeover)", st.Charges)
+	}
+	t.Logf("charges %d (provider ignores keys), stalled worker: lease lost %d, completed %d", st.Charges, a.logCount("lease lost"), a.logCount("completed"))
+}
+
+// TestPoisonMessages sends messages that can never succeed among good ones:
+// each lands in the DLQ with its reason, the good ones are charged, and the
+// worker keeps going.
+func TestPoisonMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	poison := map[string]string{
+		"not json":        `{"payment_id": "p1", "amount": 1`,
+		"missing amount":  `{"payment_id": "p2", "currency": "EUR"}`,
+		"fractional":      `{"payment_id": "p3", "amount": 19.99, "currency": "EUR"}`,
+		"string amount":   `{"payment_id": "p4", "amount": "1999", "currency": "EUR"}`,
+		"lower currency":  `{"payment_id": "p5", "amount": 1999, "currency": "eur"}`,
+		"zero amount":     `{"payment_id": "p6", "amount": 0, "currency": "EUR"}`,
+		"unknown field":   `{"payment_id": "p7", "amount": 1999, "currency": "EUR", "card": "4242"}`,
+		"key too long":    fmt.Sprintf(`{"payment_id": %q, "amount": 1999, "currency": "EUR"}`, strings.Repeat("x", 256)),
+		"empty id":        `{"payment_id": "", "amount": 1999, "currency": "EUR"}`,
+		"array":           `[1, 2, 3]`,
+		"declined is not": `{"payment_id": "decline_1", "amount": 1999, "currency": "EUR"}`,
+	}
+	var bodies []string
+	for name, b := range poison {
+		if name != "declined is not" {
+			bodies = append(bodies, b)
+		}
+	}
+	good := payments("good", 20)
+	e.sendPayments(good)
+	e.send(bodies...)
+	e.send(poison["declined is not"]) // a decline is an outcome, not poison
+	w := e.start("w1", workerOptions{})
+	e.waitDrained(time.Minute)
+	e.assertChargedOnce(good)
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d", code)
+	}
+	dead := e.dlqMessages()
+	if len(dead) != len(bodies) {
+		t.Fatalf("%d messages dead-lettered, want %d", len(dead), len(bodies))
+	}
+	got := map[string]bool{}
+	for _, m := range dead {
+		got[aws.ToString(m.Body)] = true
+		r, ok := m.MessageAttributes["DeadLetterReason"]
+		if !ok || aws.ToString(r.StringValue) == "" {
+			t.Errorf("dead-lettered %q has no DeadLetterReason", aws.ToString(m.Body))
+			continue
+		}
+		t.Logf("%.60s -> %s", aws.ToString(m.Body), aws.ToString(r.StringValue))
+	}
+	for _, b := range bodies {
+		if !got[b] {
+			t.Errorf("poison message %.60q not in the DLQ", b)
+		}
+	}
+	if st := e.fake.Stats(); st.Declines != 1 {
+		t.Errorf("declines = %d, want 1 (the declined payment is completed, not dead-lettered)", st.Declines)
+	}
+}
+
+// TestShutdown sends SIGTERM while messages are in flight: the worker exits 0,
+// and a second worker finishes the rest with nothing lost or charged twice.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{fake: fakeprovider.Config{IgnoreKeys: true, Latency: 50 * time.Millisecond}})
+	ps := payments("term", 200)
+	e.sendPayments(ps)
+	w1 := e.start("w1", workerOptions{})
+	waitFor(t, 30*time.Second, "some charges", func() bool { return e.fake.Stats().Charges >= 30 })
+	start := time.Now()
+	if code := w1.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d, want 0", code)
+	}
+	stopped := time.Since(start)
+	charged := e.fake.Stats().Charges
+	w2 := e.start("w2", workerOptions{})
+	e.waitDrained(time.Minute)
+	e.assertChargedOnce(ps)
+	if code := w2.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("w2 exited %d", code)
+	}
+	t.Logf("w1 stopped in %s after %d charges, returned %d unstarted; w2 finished the rest", stopped.Round(time.Millisecond), charged, w1.logCount("returned"))
+}
+
+// TestBadConfiguration: missing settings and an unsafe retention exit 2
+// with one line naming the setting.
+func TestBadConfiguration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	cases := []struct {
+		name  string
+		env   []string
+		wants []string
+	}{
+		{"missing queue", []string{"QUEUE_URL="}, []string{"QUEUE_URL"}},
+		{"missing table", []string{"CLAIM_TABLE="}, []string{"CLAIM_TABLE"}},
+		{"missing provider", []string{"PROVIDER_URL="}, []string{"PROVIDER_URL"}},
+		{"bad concurrency", []string{"WORKER_CONCURRENCY=zero"}, []string{"WORKER_CONCURRENCY"}},
+		{"bad duration", []string{"SHUTDOWN_TIMEOUT=10"}, []string{"SHUTDOWN_TIMEOUT"}},
+		{"bad log level", []string{"LOG_LEVEL=loud"}, []string{"LOG_LEVEL"}},
+		{"unsafe retention", []string{"CLAIM_RETENTION=1h"}, []string{"CLAIM_RETENTION", "1h0m0s", "96h0m0s", "345600"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := e.start(tc.name, workerOptions{extraEnv: tc.env})
+			if code := p.wait(t, 30*time.Second); code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, p.log.String())
+			}
+			out := strings.TrimSpace(p.log.String())
+			if strings.Count(out, "\n") != 0 {
+				t.Errorf("want one line, got:\n%s", out)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(out, w) {
+					t.Errorf("output %q does not name %q", out, w)
+				}
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var _ = json.Marshal
