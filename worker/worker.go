@@ -274,11 +274,7 @@ func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
 }
 
 func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Logger) {
-	secs := int32(min(max(delay, 0), MaxVisibility-time.Second).Round(time.Second) / time.Second)
-	_, err := w.cfg.SQS.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(d.receipt), VisibilityTimeout: secs,
-	})
-	if err != nil {
+	if err := changeVisibility(context.Background(), w.cfg.SQS, w.cfg.QueueURL, d.receipt, delay); err != nil {
 		// The message becomes visible when its current timeout ends instead.
 		log.Warn("change visibility failed", slog.Any("error", err))
 	}
@@ -288,30 +284,48 @@ func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Lo
 // deletes it from the source; without a dead-letter queue it is left for
 // SQS's own redrive (or retention) and logged.
 func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) {
-	if w.queue.DeadLetterURL == "" {
-		w.cfg.Metrics.count(OutcomePoisonKept)
-		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", reason))
-		return
+	if sendToDeadLetter(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, d.body, d.attrs, reason, w.cfg.Metrics, log) {
+		del.add(d.receipt)
 	}
-	attrs := make(map[string]types.MessageAttributeValue, len(d.attrs)+1)
-	for k, v := range d.attrs {
+}
+
+// changeVisibility makes a message visible again after delay (within SQS's limits).
+func changeVisibility(ctx context.Context, api SQSAPI, queueURL, receipt string, delay time.Duration) error {
+	secs := int32(min(max(delay, 0), MaxVisibility-time.Second).Round(time.Second) / time.Second)
+	_, err := api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt), VisibilityTimeout: secs,
+	})
+	return err
+}
+
+// sendToDeadLetter copies a poison message to the dead-letter queue with its
+// reason attached and reports whether the source copy may be deleted. With
+// no dead-letter queue it logs and keeps the message.
+func sendToDeadLetter(ctx context.Context, api SQSAPI, dlqURL string, body *string, in map[string]types.MessageAttributeValue,
+	reason string, metrics *Metrics, log *slog.Logger,
+) bool {
+	if dlqURL == "" {
+		metrics.count(OutcomePoisonKept)
+		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", reason))
+		return false
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(in)+1)
+	for k, v := range in {
 		attrs[k] = v
 	}
 	attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(truncate(reason, 1024))}
 	if len(attrs) > 10 { // SQS allows ten message attributes
 		attrs = map[string]types.MessageAttributeValue{ReasonAttribute: attrs[ReasonAttribute]}
 	}
-	_, err := w.cfg.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{
-		QueueUrl: aws.String(w.queue.DeadLetterURL), MessageBody: d.body, MessageAttributes: attrs,
-	})
+	_, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: body, MessageAttributes: attrs})
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
-		w.cfg.Metrics.count(OutcomeStoreError)
+		metrics.count(OutcomeStoreError)
 		log.Error("dead-letter send failed; message left on the queue", slog.Any("error", err))
-		return
+		return false
 	}
-	w.cfg.Metrics.count(OutcomeDeadLettered)
-	del.add(d.receipt)
+	metrics.count(OutcomeDeadLettered)
+	return true
 }
 
 // returnMessages makes unstarted messages visible again at once.

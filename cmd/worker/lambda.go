@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// cmdLambda serves SQS events as a Lambda function, configured by the same
+// environment variables as `worker run` (there are no flags in Lambda).
+// QUEUE_URL is optional here: with it, poison records go to the queue's
+// dead-letter queue at once and the retention is checked against the queue.
+func cmdLambda(ctx context.Context, io stdio) error {
+	s := newSettings("lambda", io)
+	queueURL := s.String("queue-url", "QUEUE_URL", "", "event source queue URL (optional)")
+	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 10, "records of a batch processed at once")
+	a := defineApp(s)
+	if err := s.Parse(nil); err != nil {
+		return err
+	}
+	if *concurrency < 1 {
+		return usagef("WORKER_CONCURRENCY %d: must be at least 1", *concurrency)
+	}
+	ap, err := a.build(ctx, io)
+	if err != nil {
+		return err
+	}
+	cfg := worker.LambdaConfig{
+		Store: ap.store, Handler: ap.handler, Decoder: ap.decoder,
+		QueueURL: *queueURL, Retention: *a.retention, Concurrency: *concurrency, Logger: ap.log,
+	}
+	if *queueURL != "" {
+		cfg.SQS = sqs.NewFromConfig(ap.aws)
+	}
+	h, err := worker.NewLambda(ctx, cfg)
+	if err != nil {
+		var re *worker.RetentionError
+		switch {
+		case errors.As(err, &re):
+			return usagef("CLAIM_RETENTION: %v", re)
+		case errors.Is(err, worker.ErrConfig):
+			return usagef("%v", err)
+		}
+		return err
+	}
+	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	return nil
+}

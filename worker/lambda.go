@@ -1,0 +1,217 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+)
+
+// LambdaConfig configures a Lambda: the same protocol as Worker, for SQS
+// events delivered by a Lambda event source mapping.
+type LambdaConfig struct {
+	// Store holds the claims. Required.
+	Store claimstore.Store
+	// Handler does each message's work. Required.
+	Handler Handler
+	// Decoder validates a message and chooses its key. Defaults to KeyFromMessageID.
+	Decoder Decoder
+	// SQS, with QueueURL, lets the function move poison records to the
+	// queue's dead-letter queue at once and set a retried or deferred
+	// record's visibility; without them those records are reported as batch
+	// item failures and SQS's redrive policy moves poison ones eventually.
+	// Defaults to nil.
+	SQS SQSAPI
+	// QueueURL is the event source queue. Defaults to "".
+	QueueURL string
+	// Retention is how long completed keys are remembered. Required unless
+	// QueueURL is set, in which case it defaults to DefaultRetention and must
+	// be at least the queue's retention.
+	Retention time.Duration
+	// Concurrency is how many records of a batch are processed at once.
+	// Defaults to 10.
+	Concurrency int
+	// LeaseMargin is how long before the invocation's deadline the claims'
+	// leases end. Defaults to 2s.
+	LeaseMargin time.Duration
+	// MinRetryBackoff and MaxRetryBackoff bound the delay before a failed
+	// record is retried (when SQS is set). Default to 1s and 5m.
+	MinRetryBackoff, MaxRetryBackoff time.Duration
+	// Owner names this instance in claims. Defaults to host/pid/random.
+	Owner string
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counts. Defaults to unregistered metrics.
+	Metrics *Metrics
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Lambda handles SQS events with partial batch failures.
+type Lambda struct {
+	cfg   LambdaConfig
+	queue QueueInfo
+	proc  *processor
+	log   *slog.Logger
+}
+
+// NewLambda checks cfg and, when QueueURL is set, reads the queue's
+// retention and dead-letter queue. Errors for bad settings wrap ErrConfig.
+func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
+	if cfg.Decoder == nil {
+		cfg.Decoder = KeyFromMessageID
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.LeaseMargin == 0 {
+		cfg.LeaseMargin = 2 * time.Second
+	}
+	if cfg.MinRetryBackoff == 0 {
+		cfg.MinRetryBackoff = time.Second
+	}
+	if cfg.MaxRetryBackoff == 0 {
+		cfg.MaxRetryBackoff = 5 * time.Minute
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = DefaultOwner()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	if cfg.Handler == nil {
+		errs = append(errs, errors.New("Handler is required"))
+	}
+	if cfg.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("Concurrency %d: must be at least 1", cfg.Concurrency))
+	}
+	if cfg.QueueURL != "" && cfg.SQS == nil {
+		errs = append(errs, errors.New("SQS is required with QueueURL"))
+	}
+	if cfg.QueueURL == "" && cfg.Retention <= 0 {
+		errs = append(errs, errors.New("Retention is required when QueueURL is not set (it cannot be checked against the queue)"))
+	}
+	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
+		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", cfg.MaxRetryBackoff, cfg.MinRetryBackoff))
+	}
+	if err := joinConfig(errs); err != nil {
+		return nil, err
+	}
+	l := &Lambda{cfg: cfg, log: cfg.Logger}
+	if cfg.QueueURL != "" {
+		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		if cfg.Retention == 0 {
+			cfg.Retention = DefaultRetention(q)
+		}
+		if err := CheckRetention(cfg.Retention, q); err != nil {
+			return nil, err
+		}
+		l.queue = q
+		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
+	}
+	l.cfg = cfg
+	l.proc = &processor{
+		store: cfg.Store, handler: cfg.Handler, decoder: cfg.Decoder, owner: cfg.Owner,
+		retention: cfg.Retention, minBackoff: cfg.MinRetryBackoff, maxBackoff: cfg.MaxRetryBackoff,
+		deferSlack: time.Second, metrics: cfg.Metrics, log: l.log, now: cfg.Now,
+	}
+	return l, nil
+}
+
+// Handle processes a batch: records run concurrently through the same
+// per-message protocol as Worker, each claim's lease ending at the
+// invocation's deadline. Records that are done (completed, duplicates,
+// dead-lettered) are left out of the response, so Lambda deletes them; the
+// others (held elsewhere, failed, lease lost, poison without a dead-letter
+// queue) are reported as batch item failures and SQS redelivers them.
+func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = l.cfg.Now().Add(15 * time.Minute) // Lambda's longest invocation
+	}
+	var (
+		mu     sync.Mutex
+		failed []events.SQSBatchItemFailure
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, l.cfg.Concurrency)
+	)
+	for i := range ev.Records {
+		r := &ev.Records[i]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if !l.record(ctx, r, deadline) {
+				mu.Lock()
+				failed = append(failed, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return events.SQSEventResponse{BatchItemFailures: failed}, nil
+}
+
+// record processes one record and reports whether it is done.
+func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) bool {
+	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1)}
+	if len(r.MessageAttributes) > 0 {
+		m.Attributes = make(map[string]string, len(r.MessageAttributes))
+		for k, v := range r.MessageAttributes {
+			if v.StringValue != nil {
+				m.Attributes[k] = *v.StringValue
+			}
+		}
+	}
+	until := deadline.Add(-l.cfg.LeaseMargin)
+	disp := l.proc.process(ctx, m, lease{until: until, deadline: until})
+	log := l.log.With(slog.String("message_id", r.MessageId))
+	switch disp.action {
+	case actAck:
+		return true
+	case actDeadLetter:
+		return sendToDeadLetter(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, aws.String(r.Body),
+			lambdaAttributes(r.MessageAttributes), disp.reason, l.cfg.Metrics, log)
+	case actRetry, actDefer:
+		if l.cfg.SQS != nil && l.cfg.QueueURL != "" {
+			if err := changeVisibility(context.WithoutCancel(ctx), l.cfg.SQS, l.cfg.QueueURL, r.ReceiptHandle, disp.delay); err != nil {
+				log.Warn("change visibility failed", slog.Any("error", err))
+			}
+		}
+		return false
+	default:
+		return false
+	}
+}
+
+func lambdaAttributes(in map[string]events.SQSMessageAttribute) map[string]types.MessageAttributeValue {
+	out := make(map[string]types.MessageAttributeValue, len(in))
+	for k, v := range in {
+		if v.StringValue != nil {
+			out[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: v.StringValue}
+		}
+	}
+	return out
+}
