@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"syscall"
 	"testing"
@@ -60,7 +59,7 @@ func benchWorker(b *testing.B, claims bool) {
 	handled := make(chan struct{}, b.N)
 	w, err := worker.New(ctx, worker.Config{
 		QueueURL: q, SQS: sq, Store: store, Concurrency: 32, Metrics: metrics,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
 			handled <- struct{}{}
 			return "ok", nil

@@ -1,0 +1,104 @@
+package payment_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimfirst/claimfirst/payment"
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/provider/fakeprovider"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+const body = `{"payment_id":"pay_1","amount":1999,"currency":"EUR"}`
+
+func TestDecoderKeySources(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		from      string
+		attrs     map[string]string
+		body      string
+		wantKey   string
+		permanent bool
+	}{
+		{from: "", body: body, wantKey: "pay_1"},
+		{from: "payment_id", body: body, wantKey: "pay_1"},
+		{from: "message_id", body: body, wantKey: "msg-1"},
+		{from: "attribute:Idem", attrs: map[string]string{"Idem": "order-7"}, body: body, wantKey: "order-7"},
+		{from: "attribute:Idem", body: body, permanent: true},
+		{from: "attribute:Idem", attrs: map[string]string{"Idem": strings.Repeat("k", 256)}, body: body, permanent: true},
+		{from: "payment_id", body: `{"payment_id":"pay_1","amount":19.99,"currency":"EUR"}`, permanent: true},
+		{from: "payment_id", body: `not json`, permanent: true},
+	}
+	for _, tc := range cases {
+		src, err := payment.ParseKeySource(tc.from)
+		if err != nil {
+			t.Fatalf("ParseKeySource(%q): %v", tc.from, err)
+		}
+		m := &worker.Message{ID: "msg-1", Body: tc.body, Attributes: tc.attrs}
+		err = payment.Decoder{KeyFrom: src}.Decode(m)
+		if tc.permanent {
+			if !worker.IsPermanent(err) {
+				t.Errorf("%s %.30q: err = %v, want a permanent error", tc.from, tc.body, err)
+			}
+			continue
+		}
+		if err != nil || m.Key != tc.wantKey {
+			t.Errorf("%s: key %q err %v, want %q", tc.from, m.Key, err, tc.wantKey)
+		}
+		if p, ok := m.Payload.(provider.Payment); !ok || p.Amount != 1999 {
+			t.Errorf("%s: payload %#v", tc.from, m.Payload)
+		}
+	}
+	for _, bad := range []string{"attribute:", "sqs", "PAYMENT_ID"} {
+		if _, err := payment.ParseKeySource(bad); err == nil {
+			t.Errorf("ParseKeySource(%q) accepted", bad)
+		}
+	}
+}
+
+// TestHandlerOutcomes maps the provider's answers onto the worker's
+// outcomes, over real HTTP against the fake provider.
+func TestHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	fake := fakeprovider.New(fakeprovider.Config{
+		FailFirst: func(key string, _ provider.Payment) bool { return key == "flaky" },
+	})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(func() { fake.Close(); srv.Close() })
+	client, err := provider.NewClient(provider.Config{BaseURL: srv.URL, Timeout: 5 * time.Second, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := payment.Handler{Provider: client}
+	handle := func(key, id string) (string, error) {
+		m := &worker.Message{Key: key, Payload: provider.Payment{PaymentID: id, Amount: 500, Currency: "EUR"}}
+		return h.Handle(context.Background(), m)
+	}
+
+	res, err := handle("k1", "pay_ok")
+	if err != nil || !strings.HasPrefix(res, "ch_") {
+		t.Errorf("charge: %q, %v; want a charge id", res, err)
+	}
+	if again, err := handle("k1", "pay_ok"); err != nil || again != res {
+		t.Errorf("replay: %q, %v; want %q", again, err, res)
+	}
+	if res, err := handle("k2", "decline_1"); err != nil || !strings.HasPrefix(res, payment.DeclinedPrefix) {
+		t.Errorf("decline: %q, %v; want a completed decline", res, err)
+	}
+	if _, err := handle("k1", "pay_other"); !worker.IsPermanent(err) {
+		t.Errorf("key reused with another payment: %v, want permanent", err)
+	}
+	if _, err := handle("flaky", "pay_flaky"); err == nil || worker.IsPermanent(err) {
+		t.Errorf("provider failure: %v, want a retryable error", err)
+	}
+	if res, err := handle("flaky", "pay_flaky"); err != nil || !strings.HasPrefix(res, "ch_") {
+		t.Errorf("retry with the same key: %q, %v", res, err)
+	}
+	if st := fake.Stats(); st.Charges != 2 {
+		t.Errorf("charges = %d, want 2 (pay_ok once, pay_flaky once)", st.Charges)
+	}
+}

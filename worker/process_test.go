@@ -1,0 +1,252 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/claimstoretest"
+	"github.com/claimfirst/claimfirst/claimstore/memory"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type fixture struct {
+	store   *memory.Store
+	clock   *claimstoretest.Clock
+	metrics *Metrics
+	p       *processor
+}
+
+func newFixture(h Handler) *fixture {
+	f := &fixture{clock: claimstoretest.NewClock(), metrics: NewMetrics(nil)}
+	clock := f.clock.Now
+	f.store = memory.New(memory.Config{Now: clock})
+	f.p = &processor{
+		store: f.store, handler: h, decoder: KeyFromMessageID, owner: "test",
+		retention: 24 * time.Hour, minBackoff: time.Second, maxBackoff: time.Minute,
+		deferSlack: time.Second, metrics: f.metrics, now: clock,
+		log: slog.New(slog.DiscardHandler),
+	}
+	return f
+}
+
+func (f *fixture) lease() lease { return lease{until: f.clock.Now().Add(30 * time.Second)} }
+
+func ok(result string) Handler {
+	return HandlerFunc(func(context.Context, *Message) (string, error) { return result, nil })
+}
+
+func TestProcessOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		handler Handler
+		decoder Decoder
+		want    action
+		outcome string
+		status  claimstore.Status // of the claim afterwards; "" for none
+	}{
+		{"completed", ok("ch_1"), nil, actAck, OutcomeCompleted, claimstore.StatusCompleted},
+		{"retryable failure releases", HandlerFunc(func(context.Context, *Message) (string, error) {
+			return "", errors.New("provider unavailable")
+		}), nil, actRetry, OutcomeReleased, claimstore.StatusReleased},
+		{"permanent failure dead-letters and releases", HandlerFunc(func(context.Context, *Message) (string, error) {
+			return "", Permanentf("key reused")
+		}), nil, actDeadLetter, OutcomeAcquired, claimstore.StatusReleased},
+		{"panic releases and never acks", HandlerFunc(func(context.Context, *Message) (string, error) {
+			panic("boom")
+		}), nil, actRetry, OutcomePanic, claimstore.StatusReleased},
+		{"poison is dead-lettered unclaimed", ok("x"), DecoderFunc(func(*Message) error {
+			return Permanentf("not a payment")
+		}), actDeadLetter, "", ""},
+		{"key too long is poison", ok("x"), DecoderFunc(func(m *Message) error {
+			m.Key = string(make([]byte, claimstore.MaxKeyBytes+1))
+			return nil
+		}), actDeadLetter, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(tc.handler)
+			if tc.decoder != nil {
+				f.p.decoder = tc.decoder
+			}
+			m := &Message{ID: "m1", Body: "{}", ReceiveCount: 1}
+			d := f.p.process(context.Background(), m, f.lease())
+			if d.action != tc.want {
+				t.Fatalf("action = %v, want %v (disposition %+v)", d.action, tc.want, d)
+			}
+			if tc.outcome != "" && f.metrics.Count(tc.outcome) != 1 {
+				t.Errorf("outcome %s counted %d times, want 1", tc.outcome, f.metrics.Count(tc.outcome))
+			}
+			if d.action == actDeadLetter && d.reason == "" {
+				t.Error("dead-letter without a reason")
+			}
+			c, err := f.store.Get(context.Background(), "m1")
+			switch {
+			case tc.status == "" && err == nil:
+				t.Errorf("claim written for a poison message: %+v", c)
+			case tc.status != "" && (err != nil || c.Status != tc.status):
+				t.Errorf("claim = %+v, %v; want status %s", c, err, tc.status)
+			}
+		})
+	}
+}
+
+func TestProcessDuplicateAndHeld(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("ch_1"))
+	ctx := context.Background()
+	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 1}, f.lease()); d.action != actAck {
+		t.Fatalf("first: %v", d.action)
+	}
+	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 2}, f.lease()); d.action != actAck {
+		t.Fatalf("duplicate: %v, want ack", d.action)
+	}
+	if f.metrics.Count(OutcomeDuplicate) != 1 {
+		t.Errorf("duplicates counted %d, want 1", f.metrics.Count(OutcomeDuplicate))
+	}
+
+	// Another holder's live lease: deferred until it ends, plus slack.
+	holderLease := f.clock.Now().Add(20 * time.Second)
+	if _, err := f.store.Acquire(ctx, claimstore.AcquireParams{Key: "b", Owner: "other", LeaseUntil: holderLease, ExpiresAt: f.clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	d := f.p.process(ctx, &Message{ID: "b", ReceiveCount: 1}, f.lease())
+	if d.action != actDefer || d.delay < 21*time.Second-time.Millisecond || d.delay > 21*time.Second {
+		t.Fatalf("held elsewhere: %+v, want defer 21s (the holder's 20s plus 1s)", d)
+	}
+}
+
+// TestHeartbeatLeaseLost: a takeover while the handler runs makes the next
+// renew fail; the handler's context is cancelled and the message is left
+// alone (neither completed nor acked).
+func TestHeartbeatLeaseLost(t *testing.T) {
+	t.Parallel()
+	var f *fixture
+	f = newFixture(HandlerFunc(func(ctx context.Context, m *Message) (string, error) {
+		// Someone takes the claim over while we work.
+		f.clock.Advance(time.Minute)
+		if _, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+		}); err != nil {
+			return "", err
+		}
+		<-ctx.Done()
+		return "late", nil
+	}))
+	var extends atomic.Int32
+	l := lease{
+		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
+		extend: func(context.Context) (time.Time, error) {
+			extends.Add(1)
+			return f.clock.Now().Add(30 * time.Second), nil
+		},
+	}
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+	if d.action != actLeave {
+		t.Fatalf("action = %v, want leave", d.action)
+	}
+	if f.metrics.Count(OutcomeLeaseLost) != 1 || f.metrics.Count(OutcomeCompleted) != 0 {
+		t.Errorf("lease_lost %d completed %d", f.metrics.Count(OutcomeLeaseLost), f.metrics.Count(OutcomeCompleted))
+	}
+	c, _ := f.store.Get(context.Background(), "k")
+	if c.Owner != "taker" || c.Status != claimstore.StatusInProgress || c.Token != 2 {
+		t.Errorf("claim = %+v, want the taker's, untouched", c)
+	}
+	if extends.Load() == 0 {
+		t.Error("no heartbeat ran")
+	}
+}
+
+// TestCompleteLeaseLost: the handler finished, but meanwhile the claim was
+// taken over: the completion is rejected and the message not acked.
+func TestCompleteLeaseLost(t *testing.T) {
+	t.Parallel()
+	var f *fixture
+	f = newFixture(HandlerFunc(func(_ context.Context, m *Message) (string, error) {
+		f.clock.Advance(time.Minute)
+		_, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+		})
+		return "late", err
+	}))
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, f.lease())
+	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
+		t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+	}
+}
+
+func TestLeaseOverBeforeStart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("x"))
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, lease{until: f.clock.Now()})
+	if d.action != actRetry || d.delay != 0 {
+		t.Fatalf("%+v, want an immediate retry", d)
+	}
+	if _, err := f.store.Get(context.Background(), "k"); !errors.Is(err, claimstore.ErrNotFound) {
+		t.Errorf("claimed a message whose lease was already over: %v", err)
+	}
+}
+
+func TestBackoffGrowsWithReceives(t *testing.T) {
+	t.Parallel()
+	p := &processor{minBackoff: time.Second, maxBackoff: time.Minute}
+	for rc, hi := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 20: time.Minute} {
+		for range 50 {
+			d := p.backoff(rc)
+			if d < hi/2 || d > hi {
+				t.Fatalf("backoff(%d) = %s, want in [%s, %s]", rc, d, hi/2, hi)
+			}
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, err := New(context.Background(), Config{Concurrency: -1, MaxRetryBackoff: time.Millisecond, MinRetryBackoff: time.Second})
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v, want ErrConfig", err)
+	}
+	for _, want := range []string{"QueueURL is required", "SQS is required", "Store is required", "Handler is required", "Concurrency -1", "MaxRetryBackoff"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	c := Config{VisibilityTimeout: 1500 * time.Millisecond}
+	c.setDefaults()
+	c.setQueueDefaults(QueueInfo{})
+	if err := c.validateLease(); err == nil || !strings.Contains(err.Error(), "whole seconds") {
+		t.Errorf("validateLease = %v, want a whole-seconds error", err)
+	}
+}
+
+func TestRetentionCheck(t *testing.T) {
+	t.Parallel()
+	q := QueueInfo{Retention: 96 * time.Hour, DeadLetterRetention: 336 * time.Hour}
+	if got, want := DefaultRetention(q), 456*time.Hour; got != want {
+		t.Errorf("DefaultRetention = %s, want %s", got, want)
+	}
+	err := CheckRetention(time.Hour, q)
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("CheckRetention(1h) = %v, want ErrConfig", err)
+	}
+	for _, want := range []string{"1h0m0s", "96h0m0s", "345600"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+	if err := CheckRetention(96*time.Hour, q); err != nil {
+		t.Errorf("CheckRetention(queue retention) = %v", err)
+	}
+}
