@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -339,4 +340,26 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// claim returns the raw claim row for key, attribute values as strings.
+func (e *env) claim(key string) map[string]string {
+	e.t.Helper()
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]ddbtypes.AttributeValue{dynamo.DefaultKeyAttribute: &ddbtypes.AttributeValueMemberS{Value: key}},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	row := map[string]string{}
+	for k, v := range out.Item {
+		switch v := v.(type) {
+		case *ddbtypes.AttributeValueMemberS:
+			row[k] = v.Value
+		case *ddbtypes.AttributeValueMemberN:
+			row[k] = v.Value
+		}
+	}
+	return row
 }

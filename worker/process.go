@@ -209,17 +209,35 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 	return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
 }
 
-// heartbeat extends visibility and renews the claim every interval until done.
+// heartbeat extends visibility and renews the claim every interval until
+// done. It is also the lease's watchdog: if the lease runs out before a renew
+// extends it (the process was stalled, or the store unreachable), the
+// handler's context is cancelled at once, since a later holder may already
+// be doing the work.
 func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message, l lease, lose context.CancelCauseFunc, done <-chan struct{}) {
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
+	leaseUntil := l.until
+	expiry := time.NewTimer(leaseUntil.Sub(p.now()))
+	defer expiry.Stop()
+	expired := func() {
+		log.Warn("lease expired before it was renewed; cancelling the handler", slog.Time("lease_until", leaseUntil))
+		lose(errLeaseLost)
+	}
 	for {
 		select {
 		case <-done:
 			return
 		case <-ctx.Done():
 			return
+		case <-expiry.C:
+			expired()
+			return
 		case <-t.C:
+		}
+		if !p.now().Before(leaseUntil) {
+			expired()
+			return
 		}
 		until, err := l.extend(ctx)
 		if err != nil {
@@ -241,6 +259,8 @@ func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message,
 				log.Warn("renew failed; will retry at the next heartbeat", slog.Any("error", err))
 			}
 		default:
+			leaseUntil = until
+			expiry.Reset(leaseUntil.Sub(p.now()))
 			p.metrics.heartbeats.Inc()
 		}
 	}

@@ -135,13 +135,16 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 	t.Parallel()
 	var f *fixture
 	f = newFixture(HandlerFunc(func(ctx context.Context, m *Message) (string, error) {
-		// Someone takes the claim over while we work.
+		// Someone takes the claim over while we work (the clock goes back
+		// so that only the failed renew, not our own lease watchdog, can
+		// notice).
 		f.clock.Advance(time.Minute)
 		if _, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
 			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
 		}); err != nil {
 			return "", err
 		}
+		f.clock.Advance(-time.Minute)
 		<-ctx.Done()
 		return "late", nil
 	}))
@@ -166,6 +169,39 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 	}
 	if extends.Load() == 0 {
 		t.Error("no heartbeat ran")
+	}
+}
+
+// TestLeaseWatchdog: the process stalls past its lease (the clock jumps)
+// and nobody has taken over yet: the handler's context is cancelled at the
+// next heartbeat without waiting for a renew to fail, and the message is left
+// for its redelivery to take over.
+func TestLeaseWatchdog(t *testing.T) {
+	t.Parallel()
+	var f *fixture
+	f = newFixture(HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+		f.clock.Advance(time.Minute)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}))
+	var extends atomic.Int32
+	l := lease{
+		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
+		extend: func(context.Context) (time.Time, error) {
+			extends.Add(1)
+			return f.clock.Now().Add(30 * time.Second), nil
+		},
+	}
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
+		t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+	}
+	if extends.Load() != 0 {
+		t.Errorf("an expired lease was extended %d times", extends.Load())
+	}
+	c, _ := f.store.Get(context.Background(), "k")
+	if c.Status != claimstore.StatusInProgress || c.Token != 1 {
+		t.Errorf("claim = %+v, want ours, in progress, for the redelivery to take over", c)
 	}
 }
 
