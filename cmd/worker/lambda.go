@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -38,14 +37,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	}
 	h, err := worker.NewLambda(ctx, cfg)
 	if err != nil {
-		var re *worker.RetentionError
-		switch {
-		case errors.As(err, &re):
-			return usagef("CLAIM_RETENTION: %v", re)
-		case errors.Is(err, worker.ErrConfig):
-			return usagef("%v", err)
-		}
-		return err
+		return startError(err)
 	}
 	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
 	return nil

@@ -101,6 +101,19 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	}, nil
 }
 
+// startError turns the worker's refusal to start into a usage error (exit
+// 2) naming the setting; other errors pass through.
+func startError(err error) error {
+	var re *worker.RetentionError
+	switch {
+	case errors.As(err, &re):
+		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
+	case errors.Is(err, worker.ErrConfig):
+		return usagef("%v", err)
+	}
+	return err
+}
+
 // loadAWS reads the SDK's standard configuration chain.
 func loadAWS(ctx context.Context) (aws.Config, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(worker.HTTPClient(256)))
@@ -155,16 +168,10 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		Owner: *owner, Logger: ap.log, Metrics: metrics,
 	})
 	if err != nil {
-		var re *worker.RetentionError
-		switch {
-		case errors.As(err, &re):
-			return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
-		case errors.Is(err, worker.ErrConfig):
-			return usagef("%v", err)
-		case ctx.Err() != nil:
-			return nil
+		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
+			return nil // stopped while reading the queue
 		}
-		return err
+		return startError(err)
 	}
 
 	var stopping atomic.Bool
