@@ -15,13 +15,14 @@ const (
 	OutcomeDeadLettered = "dead_lettered" // poison or permanent failure: moved to the DLQ
 	OutcomePoisonKept   = "poison_kept"   // poison with no DLQ to move it to: left for SQS's redrive
 	OutcomeStoreError   = "store_error"   // the claim store failed: message retried
+	OutcomeSendFailed   = "send_failed"   // the dead-letter send failed: message left to come back
 	OutcomePanic        = "panic"         // the handler panicked: claim released, never acked
 	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
 )
 
 var outcomes = []string{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
-	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomePanic, OutcomeReturned,
+	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
 }
 
 // Metrics are the worker's Prometheus metrics.
@@ -49,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimfirst_in_flight",
-			Help: "Messages received and not yet finished.",
+			Help: "Handlers running.",
 		}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimfirst_received_total",

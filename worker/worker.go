@@ -320,7 +320,7 @@ func sendToDeadLetter(ctx context.Context, api SQSAPI, dlqURL string, body *stri
 	_, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: body, MessageAttributes: attrs})
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
-		metrics.count(OutcomeStoreError)
+		metrics.count(OutcomeSendFailed)
 		log.Error("dead-letter send failed; message left on the queue", slog.Any("error", err))
 		return false
 	}
