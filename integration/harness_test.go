@@ -363,3 +363,18 @@ func (e *env) claim(key string) map[string]string {
 	}
 	return row
 }
+
+// logField returns field of the first log line whose msg contains msg.
+func (p *proc) logField(msg, field string) string {
+	sc := bufio.NewScanner(strings.NewReader(p.log.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(fmt.Sprint(line["msg"]), msg) {
+			if v, ok := line[field].(string); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}

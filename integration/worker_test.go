@@ -2,7 +2,9 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,5 +273,49 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMetricsEndpoint: /healthz, /readyz and /metrics on METRICS_ADDR, with
+// the outcome counters after real work.
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	ps := payments("metrics", 5)
+	e.sendPayments(ps)
+	w := e.start("w1", workerOptions{extraEnv: []string{"METRICS_ADDR=127.0.0.1:0"}})
+	var addr string
+	waitFor(t, 30*time.Second, "the metrics address in the log", func() bool {
+		addr = w.logField("serving metrics", "addr")
+		return addr != ""
+	})
+	e.waitDrained(time.Minute)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, _ := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d", code)
+	}
+	waitFor(t, 10*time.Second, "completed messages in /metrics", func() bool {
+		_, body := get("/metrics")
+		return strings.Contains(body, `claimfirst_messages_total{outcome="completed"} 5`)
+	})
+	_, body := get("/metrics")
+	for _, want := range []string{`outcome="lease_lost"} 0`, `outcome="dead_lettered"} 0`, "claimfirst_handler_duration_seconds_count 5"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
 	}
 }
