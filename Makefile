@@ -8,6 +8,9 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 EMULATOR := emulator/with-emulator.sh
 IMAGE ?= claimfirst-worker
+# The AWS Lambda Runtime Interface Emulator, pinned; the Lambda test runs bootstrap under it.
+RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
+LAMBDA_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w"
 
 .DEFAULT_GOAL := help
 
@@ -20,11 +23,24 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: cfn-lint ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
+test: cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(EMULATOR) $(GO) test $(TEST_FLAGS) ./...
+	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: ## Measure requests and CPU per message against the emulator (BenchmarkWorker).
+	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
+
+.PHONY: lambda
+lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.
+	GOARCH=arm64 $(LAMBDA_BUILD) -o dist/lambda/bootstrap ./cmd/worker
+	GOARCH=amd64 $(LAMBDA_BUILD) -o dist/lambda-amd64/bootstrap ./cmd/worker
+
+.PHONY: rie
+rie: ## Install the Lambda Runtime Interface Emulator into bin/ at the pinned version if missing.
+	@test -x $(BIN)/aws-lambda-rie || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
 .PHONY: cfn-lint
 cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
