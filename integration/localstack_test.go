@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -104,6 +106,38 @@ func TestLocalStackInitScript(t *testing.T) {
 		t.Errorf("second run did not find the existing resources:\n%s", stderr)
 	}
 	deployCheckResources(t, cfg, second)
+
+	t.Run("worker", func(t *testing.T) { deployRunWorker(t, cfg, second) })
+}
+
+// deployRunWorker runs `worker run` on what the init script created, as
+// localstack/README.md tells a user to (QUEUE_URL and CLAIM_TABLE as the
+// script printed them), and checks it drains the queue, charging each
+// payment once. The provider ignores keys and a few payments are sent
+// twice, so only the script's claim table stands between a producer's
+// retry and a second charge.
+func deployRunWorker(t *testing.T, cfg aws.Config, r deployResources) {
+	fake := fakeprovider.New(fakeprovider.Config{IgnoreKeys: true, Latency: 5 * time.Millisecond})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(func() { fake.Close(); srv.Close() })
+	e := &env{
+		t: t, sqs: sqs.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg),
+		queueURL: r.QueueURL, dlqURL: r.DLQURL, table: r.ClaimTable, fake: fake, provURL: srv.URL,
+	}
+	ps := payments("deploy", 20)
+	e.sendPayments(append(ps, ps[:5]...))
+	start := time.Now()
+	w := e.start("worker", workerOptions{})
+	e.waitDrained(2 * time.Minute)
+	st := e.assertChargedOnce(ps)
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d after SIGTERM, want 0", code)
+	}
+	t.Logf("payments %d, messages %d, charges %d, duplicates acked %d, drained in %s",
+		len(ps), len(ps)+5, st.Charges, w.logCount("duplicate"), time.Since(start).Round(time.Millisecond))
+	if n := len(e.dlqMessages()); n != 0 {
+		t.Errorf("%d messages dead-lettered, want 0", n)
+	}
 }
 
 // TestLocalStackInitScriptForeignTable: an existing table with another key
