@@ -42,6 +42,28 @@ func newFixture(h Handler) *fixture {
 
 func (f *fixture) lease() lease { return lease{until: f.clock.Now().Add(30 * time.Second)} }
 
+// takeOver acquires key for another holder, as a redelivery would after the
+// lease ran out: the clock moves a minute on.
+func (f *fixture) takeOver(key string) error {
+	f.clock.Advance(time.Minute)
+	_, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+		Key: key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+	})
+	return err
+}
+
+// heartbeatLease returns a lease with a fast heartbeat that counts extensions.
+func (f *fixture) heartbeatLease() (lease, *atomic.Int32) {
+	var extends atomic.Int32
+	return lease{
+		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
+		extend: func(context.Context) (time.Time, error) {
+			extends.Add(1)
+			return f.clock.Now().Add(30 * time.Second), nil
+		},
+	}, &extends
+}
+
 func ok(result string) Handler {
 	return HandlerFunc(func(context.Context, *Message) (string, error) { return result, nil })
 }
@@ -138,24 +160,14 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 		// Someone takes the claim over while we work (the clock goes back
 		// so that only the failed renew, not our own lease watchdog, can
 		// notice).
-		f.clock.Advance(time.Minute)
-		if _, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
-			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
-		}); err != nil {
+		if err := f.takeOver(m.Key); err != nil {
 			return "", err
 		}
 		f.clock.Advance(-time.Minute)
 		<-ctx.Done()
 		return "late", nil
 	}))
-	var extends atomic.Int32
-	l := lease{
-		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
-		extend: func(context.Context) (time.Time, error) {
-			extends.Add(1)
-			return f.clock.Now().Add(30 * time.Second), nil
-		},
-	}
+	l, extends := f.heartbeatLease()
 	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
 	if d.action != actLeave {
 		t.Fatalf("action = %v, want leave", d.action)
@@ -184,14 +196,7 @@ func TestLeaseWatchdog(t *testing.T) {
 		<-ctx.Done()
 		return "", ctx.Err()
 	}))
-	var extends atomic.Int32
-	l := lease{
-		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
-		extend: func(context.Context) (time.Time, error) {
-			extends.Add(1)
-			return f.clock.Now().Add(30 * time.Second), nil
-		},
-	}
+	l, extends := f.heartbeatLease()
 	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
 	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
 		t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
@@ -211,11 +216,7 @@ func TestCompleteLeaseLost(t *testing.T) {
 	t.Parallel()
 	var f *fixture
 	f = newFixture(HandlerFunc(func(_ context.Context, m *Message) (string, error) {
-		f.clock.Advance(time.Minute)
-		_, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
-			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
-		})
-		return "late", err
+		return "late", f.takeOver(m.Key)
 	}))
 	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, f.lease())
 	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {

@@ -48,68 +48,47 @@ func (s *settings) describe(env, usage string) string {
 // String defines a string setting.
 func (s *settings) String(flagName, env, def, usage string) *string {
 	v := def
-	if env != "" {
-		if e := s.getenv(env); e != "" {
-			v = e
-		}
+	if e := s.envValue(env); e != "" {
+		v = e
 	}
 	return s.fs.String(flagName, v, s.describe(env, usage))
 }
 
 // Int defines an integer setting.
 func (s *settings) Int(flagName, env string, def int, usage string) *int {
-	v := def
-	if e := s.envValue(env); e != "" {
-		n, err := strconv.Atoi(e)
-		if err != nil {
-			s.errs = append(s.errs, fmt.Errorf("%s=%q: not an integer", env, e))
-		} else {
-			v = n
-		}
-	}
-	return s.fs.Int(flagName, v, s.describe(env, usage))
+	return s.fs.Int(flagName, fromEnv(s, env, def, strconv.Atoi, "an integer"), s.describe(env, usage))
 }
 
 // Float defines a floating-point setting.
 func (s *settings) Float(flagName, env string, def float64, usage string) *float64 {
-	v := def
-	if e := s.envValue(env); e != "" {
-		f, err := strconv.ParseFloat(e, 64)
-		if err != nil {
-			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a number", env, e))
-		} else {
-			v = f
-		}
-	}
-	return s.fs.Float64(flagName, v, s.describe(env, usage))
+	parse := func(e string) (float64, error) { return strconv.ParseFloat(e, 64) }
+	return s.fs.Float64(flagName, fromEnv(s, env, def, parse, "a number"), s.describe(env, usage))
 }
 
 // Duration defines a Go duration setting ("30s", "96h").
 func (s *settings) Duration(flagName, env string, def time.Duration, usage string) *time.Duration {
-	v := def
-	if e := s.envValue(env); e != "" {
-		d, err := time.ParseDuration(e)
-		if err != nil {
-			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a Go duration such as 30s or 96h", env, e))
-		} else {
-			v = d
-		}
-	}
+	v := fromEnv(s, env, def, time.ParseDuration, "a Go duration such as 30s or 96h")
 	return s.fs.Duration(flagName, v, s.describe(env, usage))
 }
 
 // Bool defines a boolean setting.
 func (s *settings) Bool(flagName, env string, def bool, usage string) *bool {
-	v := def
-	if e := s.envValue(env); e != "" {
-		b, err := strconv.ParseBool(e)
-		if err != nil {
-			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a boolean", env, e))
-		} else {
-			v = b
-		}
+	return s.fs.Bool(flagName, fromEnv(s, env, def, strconv.ParseBool, "a boolean"), s.describe(env, usage))
+}
+
+// fromEnv returns env's value parsed, or def if env is unset; a value that
+// does not parse is recorded for Parse to report, naming the variable.
+func fromEnv[T any](s *settings, env string, def T, parse func(string) (T, error), what string) T {
+	e := s.envValue(env)
+	if e == "" {
+		return def
 	}
-	return s.fs.Bool(flagName, v, s.describe(env, usage))
+	v, err := parse(e)
+	if err != nil {
+		s.errs = append(s.errs, fmt.Errorf("%s=%q: not %s", env, e, what))
+		return def
+	}
+	return v
 }
 
 func (s *settings) envValue(env string) string {
