@@ -70,4 +70,4 @@ emulator: ## Serve the emulator (SQS + DynamoDB) on a free loopback port until C
 
 .PHONY: clean
 clean: ## Remove build output.
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
