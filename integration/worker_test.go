@@ -228,7 +228,7 @@ func TestShutdown(t *testing.T) {
 	if code := w2.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("w2 exited %d", code)
 	}
-	t.Logf("w1 stopped in %s after %d charges, returned %d unstarted; w2 finished the rest", stopped.Round(time.Millisecond), charged, w1.logCount("returned"))
+	t.Logf("w1 stopped in %s after %d charges, returned %d unstarted; w2 finished the rest", stopped.Round(time.Millisecond), charged, w1.logCount("returned unstarted"))
 }
 
 // TestBadConfiguration: missing settings and an unsafe retention exit 2

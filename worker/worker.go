@@ -199,12 +199,12 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, handlers *sync.WaitGro
 				case p.running <- struct{}{}:
 				case <-ctx.Done():
 					// Stopping before it started: give it back at once.
-					w.returnMessages(msgs[i : i+1])
+					w.returnUnstarted(d)
 					return
 				}
 				defer func() { <-p.running }()
 				if ctx.Err() != nil {
-					w.returnMessages(msgs[i : i+1])
+					w.returnUnstarted(d)
 					return
 				}
 				w.handle(hctx, d, del)
@@ -328,25 +328,16 @@ func sendToDeadLetter(ctx context.Context, api SQSAPI, dlqURL string, body *stri
 	return true
 }
 
-// returnMessages makes unstarted messages visible again at once.
-func (w *Worker) returnMessages(msgs []types.Message) {
-	for start := 0; start < len(msgs); start += 10 {
-		batch := msgs[start:min(start+10, len(msgs))]
-		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
-		for i, m := range batch {
-			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}
-		}
-		out, err := w.cfg.SQS.ChangeMessageVisibilityBatch(context.Background(), &sqs.ChangeMessageVisibilityBatchInput{
-			QueueUrl: aws.String(w.cfg.QueueURL), Entries: entries,
-		})
-		if err != nil {
-			w.log.Warn("returning unstarted messages failed; they reappear when their visibility ends", slog.Any("error", err))
-			continue
-		}
-		for range len(batch) - len(out.Failed) {
-			w.cfg.Metrics.count(OutcomeReturned)
-		}
+// returnUnstarted makes a message the worker will not start visible again
+// at once, for another consumer.
+func (w *Worker) returnUnstarted(d *sqsDelivery) {
+	log := w.log.With(slog.String("message_id", d.msg.ID))
+	if err := changeVisibility(context.Background(), w.cfg.SQS, w.cfg.QueueURL, d.receipt, 0); err != nil {
+		log.Warn("returning an unstarted message failed; it reappears when its visibility ends", slog.Any("error", err))
+		return
 	}
+	w.cfg.Metrics.count(OutcomeReturned)
+	log.Info("stopping: returned unstarted message to the queue")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
