@@ -209,8 +209,8 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 func lambdaAttributes(in map[string]events.SQSMessageAttribute) map[string]types.MessageAttributeValue {
 	out := make(map[string]types.MessageAttributeValue, len(in))
 	for k, v := range in {
-		if v.StringValue != nil {
-			out[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: v.StringValue}
+		if v.StringValue != nil || v.BinaryValue != nil {
+			out[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 		}
 	}
 	return out
