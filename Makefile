@@ -30,7 +30,8 @@ test: cfn-lint rie ## Run every test (unit, conformance, integration) with -race
 	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: ## Measure requests and CPU per message against the emulator (BenchmarkWorker).
+bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
+	$(GO) test -run '^$$' -bench BenchmarkProcess -benchtime 20000x ./worker/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
 
 .PHONY: lambda
