@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,10 +109,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err := dynamo.CreateTable(ctx, e.ddb, dynamo.TableSpec{Name: e.table}); err != nil {
 		t.Fatal(err)
 	}
-	e.fake = fakeprovider.New(o.fake)
-	srv := httptest.NewServer(e.fake)
-	t.Cleanup(func() { e.fake.Close(); srv.Close() })
-	e.provURL = srv.URL
+	fake, srv := fakeprovider.StartTest(t, o.fake)
+	e.fake, e.provURL = fake, srv.URL
 	return e
 }
 

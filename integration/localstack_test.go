@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -117,9 +116,7 @@ func TestLocalStackInitScript(t *testing.T) {
 // twice, so only the script's claim table stands between a producer's
 // retry and a second charge.
 func deployRunWorker(t *testing.T, cfg aws.Config, r deployResources) {
-	fake := fakeprovider.New(fakeprovider.Config{IgnoreKeys: true, Latency: 5 * time.Millisecond})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(func() { fake.Close(); srv.Close() })
+	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{IgnoreKeys: true, Latency: 5 * time.Millisecond})
 	e := &env{
 		t: t, sqs: sqs.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg),
 		queueURL: r.QueueURL, dlqURL: r.DLQURL, table: r.ClaimTable, fake: fake, provURL: srv.URL,

@@ -2,7 +2,6 @@ package payment_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -64,11 +63,9 @@ func TestDecoderKeySources(t *testing.T) {
 // outcomes, over real HTTP against the fake provider.
 func TestHandlerOutcomes(t *testing.T) {
 	t.Parallel()
-	fake := fakeprovider.New(fakeprovider.Config{
+	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{
 		FailFirst: func(key string, _ provider.Payment) bool { return key == "flaky" },
 	})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(func() { fake.Close(); srv.Close() })
 	client, err := provider.NewClient(provider.Config{BaseURL: srv.URL, Timeout: 5 * time.Second, MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)

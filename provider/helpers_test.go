@@ -23,11 +23,7 @@ func pay(id string) provider.Payment {
 // startFake serves a fake provider over real HTTP until the test ends.
 func startFake(t *testing.T, cfg fakeprovider.Config) (*fakeprovider.Server, *httptest.Server) {
 	t.Helper()
-	fake := fakeprovider.New(cfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	t.Cleanup(fake.Close) // runs first: releases held answers so srv.Close need not wait
-	return fake, srv
+	return fakeprovider.StartTest(t, cfg)
 }
 
 // serve serves h over real HTTP until the test ends.

@@ -26,11 +26,7 @@ const payBody = `{"payment_id":"pay_1","amount":1999,"currency":"EUR"}`
 // start serves a fake provider over real HTTP until the test ends.
 func start(t *testing.T, cfg fakeprovider.Config) (*fakeprovider.Server, *httptest.Server) {
 	t.Helper()
-	fake := fakeprovider.New(cfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	t.Cleanup(fake.Close) // runs first: releases held answers so srv.Close need not wait
-	return fake, srv
+	return fakeprovider.StartTest(t, cfg)
 }
 
 type answer struct {
