@@ -10,10 +10,8 @@ Usage: serve.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
 Port 0 picks a free port; the chosen port is printed and written to FILE.
 """
 import argparse
-import io
 import os
 import signal
-import socket
 import sys
 import threading
 
@@ -44,45 +42,6 @@ def speed_up_sqs_receive() -> None:
         )
 
 
-def read_body(environ) -> None:
-    """Read the request body before the app runs, so none is left unread."""
-    stream = environ["wsgi.input"]
-    if environ.get("wsgi.input_terminated"):
-        body = stream.read()
-    else:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = stream.read(length) if length > 0 else b""
-    environ["wsgi.input"] = io.BytesIO(body)
-
-
-def keep_connections_alive() -> None:
-    """Let clients reuse connections, as they do with AWS.
-
-    werkzeug answers every request with "Connection: close" and then drains
-    the socket, because a WSGI app may leave a body unread. Here read_body()
-    always reads it, so the drain is skipped and the header dropped; without
-    this every SDK request paid a TCP connect and close, which made up most
-    of a worker's CPU per message in the benchmark.
-    """
-    import werkzeug.serving as serving
-
-    class NoDrainSelector:
-        def register(self, *args, **kwargs):
-            pass
-
-        def select(self, timeout=None):
-            return []
-
-        def close(self):
-            pass
-
-    class Selectors:
-        DefaultSelector = NoDrainSelector
-        EVENT_READ = 1
-
-    serving.selectors = Selectors
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -105,12 +64,10 @@ def main() -> int:
         return 3
 
     speed_up_sqs_receive()
-    keep_connections_alive()
     moto_app = DomainDispatcherApplication(create_backend_app)
     dynamo_lock = threading.Lock()
 
     def app(environ, start_response):
-        read_body(environ)
         if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB"):
             with dynamo_lock:
                 # Materialize the body inside the lock: the write happens
@@ -122,17 +79,6 @@ def main() -> int:
     class QuietHandler(WSGIRequestHandler):
         def log_request(self, *a, **kw):  # one line per request drowns test output
             pass
-
-        def setup(self):
-            super().setup()
-            # Headers and body go out in separate writes: without NODELAY a
-            # kept-alive connection waits for the client's delayed ACK.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def send_header(self, keyword, value):
-            if keyword.lower() == "connection" and value.lower() == "close":
-                return  # keep-alive: see keep_connections_alive
-            super().send_header(keyword, value)
 
 
     server = make_server(
