@@ -322,3 +322,28 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// TestLeaseStartsAtReceipt: a message that arrives during a long poll gets a
+// whole lease from the moment SQS hands it out, not from when the poll
+// began; a handler longer than the rest of the poll's window completes with
+// heartbeats instead of being cut off by its own lease watchdog.
+func TestLeaseStartsAtReceipt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{visibility: 4 * time.Second, fake: fakeprovider.Config{Latency: 2500 * time.Millisecond}})
+	w := e.start("w1", workerOptions{concurrency: 2, extraEnv: []string{"PROVIDER_TIMEOUT=10s"}})
+	waitFor(t, 30*time.Second, "the worker to start polling", func() bool { return w.logCount("worker started") == 1 })
+	time.Sleep(3 * time.Second) // most of a 4 s visibility spent waiting in the long poll
+	ps := payments("lp", 1)
+	e.sendPayments(ps)
+	e.waitDrained(time.Minute)
+	e.assertChargedOnce(ps)
+	if n := w.logCount("lease lost") + w.logCount("lease expired") + w.logCount("lease ended"); n != 0 {
+		t.Errorf("%d lease warnings for a message handled within its lease:\n%s", n, w.log.String())
+	}
+	if n := w.logCount("completed"); n != 1 {
+		t.Errorf("completed %d, want 1", n)
+	}
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

@@ -91,18 +91,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	delDone := make(chan struct{})
 	go func() { defer close(delDone); del.run() }()
 
-	// A message holds a slot from its receive to its end; at most
-	// Concurrency run handlers at once, and the rest (at most one batch per
-	// poller) wait for a runner. Pollers receive only full batches of ten:
-	// fewer than ten free slots means every runner is busy, so waiting for
-	// ten idles nothing and halves the receives per message.
-	p := &pool{
-		slots:   make(chan struct{}, w.cfg.Concurrency+receiveBatch*w.cfg.Pollers),
-		running: make(chan struct{}, w.cfg.Concurrency),
-	}
+	// A message holds a slot from its receive to its end, so every message
+	// received has a handler at once and none waits while its visibility
+	// runs out. A poller receives only when a batch's worth of slots is free:
+	// fewer idles a few handlers for a moment, but it keeps receives full
+	// (half of Concurrency, up to ten) instead of one message each.
+	p := &pool{slots: make(chan struct{}, w.cfg.Concurrency)}
+	batch := min(receiveBatch, max(1, w.cfg.Concurrency/2))
 	var handlers, pollers sync.WaitGroup
 	for range w.cfg.Pollers {
-		pollers.Go(func() { w.poll(ctx, hctx, p, &handlers, del) })
+		pollers.Go(func() { w.poll(ctx, hctx, p, batch, &handlers, del) })
 	}
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
@@ -134,11 +132,10 @@ func (w *Worker) Run(ctx context.Context) error {
 // receiveBatch is SQS's largest receive.
 const receiveBatch = 10
 
-// pool bounds the messages a worker holds (slots) and runs (running).
+// pool bounds the messages a worker holds.
 type pool struct {
-	mu      sync.Mutex // one poller at a time takes a whole batch of slots
-	slots   chan struct{}
-	running chan struct{}
+	mu    sync.Mutex // one poller at a time takes a whole batch of slots
+	slots chan struct{}
 }
 
 // take blocks until n slots are free and takes them, or returns false when
@@ -164,16 +161,15 @@ func (p *pool) give(n int) {
 }
 
 // poll receives batches while ctx lives, never more messages than there are
-// free slots, so memory stays flat however deep the backlog.
-func (w *Worker) poll(ctx, hctx context.Context, p *pool, handlers *sync.WaitGroup, del *deleter) {
+// free handlers, so memory stays flat however deep the backlog.
+func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *sync.WaitGroup, del *deleter) {
 	for {
-		if !p.take(ctx, receiveBatch) {
+		if !p.take(ctx, batch) {
 			return
 		}
-		received := w.cfg.Now()
 		out, err := w.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(w.cfg.QueueURL),
-			MaxNumberOfMessages:         receiveBatch,
+			MaxNumberOfMessages:         int32(batch),
 			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
 			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
@@ -185,28 +181,26 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, handlers *sync.WaitGro
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.Error("receive failed", slog.Any("error", err))
-			p.give(receiveBatch)
+			p.give(batch)
 			sleepCtx(ctx, time.Second)
 			continue
 		}
+		// SQS starts a message's visibility timeout when it answers, which a
+		// long poll may do long after the request; the lease margin covers
+		// the answer's way back.
+		received := w.cfg.Now()
 		w.cfg.Metrics.received.Add(float64(len(msgs)))
-		p.give(receiveBatch - len(msgs))
+		p.give(batch - len(msgs))
 		for i := range msgs {
 			d := w.delivery(&msgs[i], received)
+			if ctx.Err() != nil {
+				// Stopping: what the last poll brought is given back unstarted.
+				w.returnUnstarted(d)
+				p.give(1)
+				continue
+			}
 			handlers.Go(func() {
 				defer p.give(1)
-				select {
-				case p.running <- struct{}{}:
-				case <-ctx.Done():
-					// Stopping before it started: give it back at once.
-					w.returnUnstarted(d)
-					return
-				}
-				defer func() { <-p.running }()
-				if ctx.Err() != nil {
-					w.returnUnstarted(d)
-					return
-				}
 				w.handle(hctx, d, del)
 			})
 		}
