@@ -82,6 +82,7 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // receiving, returns messages it has not started to the queue at once, and
 // waits up to ShutdownTimeout for in-flight messages before cancelling their
 // contexts (their claims are released). It returns nil after a clean drain.
+// Run may be called once per Worker.
 func (w *Worker) Run(ctx context.Context) error {
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
