@@ -195,6 +195,15 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
+// processor returns the per-message protocol with c's settings.
+func (c *Config) processor(log *slog.Logger) *processor {
+	return &processor{
+		store: c.Store, handler: c.Handler, decoder: c.Decoder, owner: c.Owner,
+		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxBackoff: c.MaxRetryBackoff,
+		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
+	}
+}
+
 // DefaultOwner names this process: host, pid and a random suffix.
 func DefaultOwner() string {
 	host, _ := os.Hostname()

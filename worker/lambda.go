@@ -67,33 +67,20 @@ type Lambda struct {
 // NewLambda checks cfg and, when QueueURL is set, reads the queue's
 // retention and dead-letter queue. Errors for bad settings wrap ErrConfig.
 func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
-	if cfg.Decoder == nil {
-		cfg.Decoder = KeyFromMessageID
-	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 10
 	}
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 2 * time.Second
 	}
-	if cfg.MinRetryBackoff == 0 {
-		cfg.MinRetryBackoff = time.Second
+	// The defaults the processor's settings share with Worker's Config.
+	shared := Config{
+		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff,
+		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
 	}
-	if cfg.MaxRetryBackoff == 0 {
-		cfg.MaxRetryBackoff = 5 * time.Minute
-	}
-	if cfg.Owner == "" {
-		cfg.Owner = DefaultOwner()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	shared.setDefaults()
+	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff
+	cfg.Owner, cfg.Logger, cfg.Metrics, cfg.Now = shared.Owner, shared.Logger, shared.Metrics, shared.Now
 	var errs []error
 	if cfg.Store == nil {
 		errs = append(errs, errors.New("Store is required"))
@@ -132,11 +119,8 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	l.proc = &processor{
-		store: cfg.Store, handler: cfg.Handler, decoder: cfg.Decoder, owner: cfg.Owner,
-		retention: cfg.Retention, minBackoff: cfg.MinRetryBackoff, maxBackoff: cfg.MaxRetryBackoff,
-		deferSlack: time.Second, metrics: cfg.Metrics, log: l.log, now: cfg.Now,
-	}
+	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
+	l.proc = shared.processor(l.log)
 	return l, nil
 }
 

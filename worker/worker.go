@@ -61,11 +61,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		queue: q,
 		log:   log,
 		ready: make(chan struct{}),
-		proc: &processor{
-			store: cfg.Store, handler: cfg.Handler, decoder: cfg.Decoder, owner: cfg.Owner,
-			retention: cfg.Retention, minBackoff: cfg.MinRetryBackoff, maxBackoff: cfg.MaxRetryBackoff,
-			deferSlack: time.Second, metrics: cfg.Metrics, log: log, now: cfg.Now,
-		},
+		proc:  cfg.processor(log),
 	}, nil
 }
 
