@@ -135,10 +135,3 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 	}
 	return c, nil
 }
-
-// Len returns the number of rows held, live or not.
-func (s *Store) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.claims)
-}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +28,6 @@ type settings struct {
 	fs     *flag.FlagSet
 	getenv func(string) string
 	errs   []error
-	parsed bool
 }
 
 func newSettings(name string, io stdio) *settings {
@@ -98,18 +96,6 @@ func (s *settings) envValue(env string) string {
 	return s.getenv(env)
 }
 
-// Set reports whether the setting was given on the command line or in the
-// environment (as opposed to left at its default).
-func (s *settings) Set(flagName, env string) bool {
-	found := false
-	s.fs.Visit(func(f *flag.Flag) {
-		if f.Name == flagName {
-			found = true
-		}
-	})
-	return found || s.envValue(env) != ""
-}
-
 // Parse parses args and returns a usage error for the first bad setting.
 func (s *settings) Parse(args []string) error {
 	if len(s.errs) > 0 {
@@ -124,12 +110,8 @@ func (s *settings) Parse(args []string) error {
 	if s.fs.NArg() > 0 {
 		return usagef("unexpected argument %q", s.fs.Arg(0))
 	}
-	s.parsed = true
 	return nil
 }
-
-// Output is where flag help goes.
-func (s *settings) Output() io.Writer { return s.fs.Output() }
 
 // require returns a usage error naming env and flag if v is empty.
 func require(v, flagName, env string) error {

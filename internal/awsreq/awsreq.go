@@ -4,7 +4,6 @@ package awsreq
 
 import (
 	"context"
-	"sort"
 	"sync"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -67,18 +66,6 @@ func (c *Counter) Snapshot() map[string]int64 {
 		m[k] = v
 	}
 	return m
-}
-
-// Ops returns the operations counted so far, sorted.
-func (c *Counter) Ops() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ops := make([]string, 0, len(c.counts))
-	for k := range c.counts {
-		ops = append(ops, k)
-	}
-	sort.Strings(ops)
-	return ops
 }
 
 // Reset sets every count to zero.
