@@ -112,8 +112,18 @@ type Store struct {
 	table *string
 	names map[string]string
 
-	acquireUpdate, acquireCond                           *string
-	renewUpdate, completeUpdate, releaseUpdate, heldCond *string
+	acquireUpdate, acquireCond *string
+	heldCond                   *string
+	renew, complete, release   holderWrite
+}
+
+// holderWrite is an update conditioned on the caller holding the claim, with
+// the attribute names its expressions use (DynamoDB rejects unused ones),
+// built once so that no request builds them again.
+type holderWrite struct {
+	op     string
+	update *string
+	names  map[string]string
 }
 
 // New returns a Store, or an error naming each bad field of cfg.
@@ -122,7 +132,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("dynamo: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		cfg:   cfg,
 		table: aws.String(cfg.Table),
 		names: map[string]string{
@@ -134,21 +144,22 @@ func New(cfg Config) (*Store, error) {
 			"#attempts = if_not_exists(#attempts, :zero) + :one, #lease = :lease, #ttl = :ttl, #owner = :owner REMOVE #result"),
 		acquireCond: aws.String("attribute_not_exists(#pk) OR #ttl <= :nowsec OR #status = :released OR " +
 			"(#status = :inprogress AND #lease <= :nowms)"),
-		renewUpdate:    aws.String("SET #lease = :lease"),
-		completeUpdate: aws.String("SET #status = :completed, #result = :result, #ttl = :ttl"),
-		releaseUpdate:  aws.String("SET #status = :released"),
-		heldCond:       aws.String("#token = :token AND #status = :inprogress"),
-	}, nil
+		heldCond: aws.String("#token = :token AND #status = :inprogress"),
+	}
+	s.renew = s.holderWrite("renew", "SET #lease = :lease", "#lease")
+	s.complete = s.holderWrite("complete", "SET #status = :completed, #result = :result, #ttl = :ttl", "#result", "#ttl")
+	s.release = s.holderWrite("release", "SET #status = :released")
+	return s, nil
 }
 
-// namesFor returns the expression attribute names used by expr: DynamoDB
-// rejects names an expression does not use.
-func (s *Store) namesFor(used ...string) map[string]string {
-	m := make(map[string]string, len(used))
-	for _, k := range used {
+// holderWrite prepares an update whose expressions use names besides the
+// condition's #token and #status.
+func (s *Store) holderWrite(op, update string, names ...string) holderWrite {
+	m := map[string]string{"#token": s.names["#token"], "#status": s.names["#status"]}
+	for _, k := range names {
 		m[k] = s.names[k]
 	}
-	return m
+	return holderWrite{op: op, update: aws.String(update), names: m}
 }
 
 func (s *Store) key(k string) map[string]types.AttributeValue {
@@ -162,12 +173,11 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 		return claimstore.Acquisition{}, err
 	}
 	out, err := s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           s.table,
-		Key:                 s.key(p.Key),
-		UpdateExpression:    s.acquireUpdate,
-		ConditionExpression: s.acquireCond,
-		ExpressionAttributeNames: s.namesFor("#pk", "#ttl", "#status", "#token", "#lease",
-			"#owner", "#attempts", "#result"),
+		TableName:                s.table,
+		Key:                      s.key(p.Key),
+		UpdateExpression:         s.acquireUpdate,
+		ConditionExpression:      s.acquireCond,
+		ExpressionAttributeNames: s.names, // the acquire's expressions use every name
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inprogress": str(string(claimstore.StatusInProgress)),
 			":released":   str(string(claimstore.StatusReleased)),
@@ -205,7 +215,7 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, "renew", p.Key, p.Token, s.renewUpdate, []string{"#lease"},
+	return s.update(ctx, s.renew, p.Key, p.Token,
 		map[string]types.AttributeValue{":lease": num(claimstore.LeaseMillis(p.LeaseUntil))})
 }
 
@@ -214,7 +224,7 @@ func (s *Store) Complete(ctx context.Context, p claimstore.CompleteParams) error
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, "complete", p.Key, p.Token, s.completeUpdate, []string{"#result", "#ttl"},
+	return s.update(ctx, s.complete, p.Key, p.Token,
 		map[string]types.AttributeValue{
 			":completed": str(string(claimstore.StatusCompleted)),
 			":result":    str(p.Result),
@@ -227,20 +237,21 @@ func (s *Store) Release(ctx context.Context, key string, token int64) error {
 	if err := claimstore.CheckRelease(s.cfg.KeyPrefix, key, token); err != nil {
 		return err
 	}
-	return s.update(ctx, "release", key, token, s.releaseUpdate, nil,
+	return s.update(ctx, s.release, key, token,
 		map[string]types.AttributeValue{":released": str(string(claimstore.StatusReleased))})
 }
 
 // update runs one UpdateItem conditioned on token holding the claim.
-func (s *Store) update(ctx context.Context, op, key string, token int64, expr *string, names []string, values map[string]types.AttributeValue) error {
+func (s *Store) update(ctx context.Context, w holderWrite, key string, token int64, values map[string]types.AttributeValue) error {
+	op := w.op
 	values[":token"] = num(token)
 	values[":inprogress"] = str(string(claimstore.StatusInProgress))
 	_, err := s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.table,
 		Key:                       s.key(key),
-		UpdateExpression:          expr,
+		UpdateExpression:          w.update,
 		ConditionExpression:       s.heldCond,
-		ExpressionAttributeNames:  s.namesFor(append(names, "#token", "#status")...),
+		ExpressionAttributeNames:  w.names,
 		ExpressionAttributeValues: values,
 	})
 	if err != nil {
