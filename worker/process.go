@@ -60,6 +60,10 @@ type lease struct {
 	deadline time.Time
 	// interval between heartbeats; zero disables them (Lambda).
 	interval time.Duration
+	// renewAt is when the first heartbeat is due: interval after the
+	// lease began (the receipt), not after the handler starts, so a claim
+	// that took long to win is renewed before its handler runs.
+	renewAt time.Time
 	// extend pushes the message's visibility and returns the new lease end
 	// to renew the claim to; nil disables heartbeats.
 	extend func(ctx context.Context) (time.Time, error)
@@ -130,6 +134,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 	m.Token = acq.Claim.Token
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.count(OutcomeAcquired)
+	log.Debug("claim acquired", slog.Time("lease_until", l.until))
 	result, herr, lost := p.handle(ctx, log, m, l)
 	if lost {
 		p.metrics.count(OutcomeLeaseLost)
@@ -182,7 +187,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 }
 
 // handle runs the handler with heartbeats. lost reports that the lease was
-// lost while it ran, whatever the handler returned.
+// lost while it ran, whatever the handler returned, or before it could start.
 func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l lease) (result string, err error, lost bool) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -192,11 +197,31 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 		defer stop()
 	}
 	if l.extend != nil && l.interval > 0 {
+		leaseUntil, next := l.until, l.renewAt
+		if !p.now().Before(next) {
+			// Winning the claim took long (a slow or throttled store): renew
+			// now, before any work, rather than start on a lease about to end
+			// and throw the delivery away when it does. Nothing has acted, so
+			// a renew after the lease ended is safe: it fails if anyone took
+			// the claim over meanwhile.
+			until, err := p.beat(hctx, log, m, l)
+			switch {
+			case errors.Is(err, claimstore.ErrLeaseLost):
+				return "", nil, true
+			case err == nil && !until.IsZero():
+				leaseUntil = until
+			}
+			next = p.now().Add(l.interval)
+		}
+		if !p.now().Before(leaseUntil) {
+			log.Warn("lease ended before the handler started and could not be renewed", slog.Time("lease_until", leaseUntil))
+			return "", nil, true
+		}
 		done := make(chan struct{})
 		beat := make(chan struct{})
 		go func() {
 			defer close(beat)
-			p.heartbeat(hctx, log, m, l, cancel, done)
+			p.heartbeat(hctx, log, m, l, leaseUntil, next, cancel, done)
 		}()
 		defer func() { close(done); <-beat }()
 	}
@@ -209,15 +234,16 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 	return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
 }
 
-// heartbeat extends visibility and renews the claim every interval until
-// done. It is also the lease's watchdog: if the lease runs out before a renew
-// extends it (the process was stalled, or the store unreachable), the
-// handler's context is cancelled at once, since a later holder may already
-// be doing the work.
-func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message, l lease, lose context.CancelCauseFunc, done <-chan struct{}) {
-	t := time.NewTicker(l.interval)
+// heartbeat extends visibility and renews the claim, first at next and then
+// every interval, until done. It is also the lease's watchdog: if the lease
+// runs out before a renew extends it (the process was stalled, or the store
+// unreachable), the handler's context is cancelled at once, since a later
+// holder may already be doing the work.
+func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message, l lease, leaseUntil, next time.Time,
+	lose context.CancelCauseFunc, done <-chan struct{},
+) {
+	t := time.NewTimer(next.Sub(p.now()))
 	defer t.Stop()
-	leaseUntil := l.until
 	expiry := time.NewTimer(leaseUntil.Sub(p.now()))
 	defer expiry.Stop()
 	expired := func() {
@@ -239,31 +265,45 @@ func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message,
 			expired()
 			return
 		}
-		until, err := l.extend(ctx)
-		if err != nil {
-			// Visibility could not be extended; the renewed claim still
-			// defers any redelivery, so keep going.
-			log.Warn("visibility extension failed", slog.Any("error", err))
-		}
-		if until.IsZero() {
-			continue
-		}
-		err = p.store.Renew(ctx, claimstore.RenewParams{Key: m.Key, Token: m.Token, LeaseUntil: until})
+		until, err := p.beat(ctx, log, m, l)
+		t.Reset(l.interval)
 		switch {
 		case errors.Is(err, claimstore.ErrLeaseLost):
-			log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", err))
 			lose(errLeaseLost)
 			return
-		case err != nil:
-			if ctx.Err() == nil {
-				log.Warn("renew failed; will retry at the next heartbeat", slog.Any("error", err))
-			}
-		default:
+		case err == nil && !until.IsZero():
 			leaseUntil = until
 			expiry.Reset(leaseUntil.Sub(p.now()))
-			p.metrics.heartbeats.Inc()
 		}
 	}
+}
+
+// beat extends the message's visibility and renews the claim to match. It
+// returns the lease's new end, or zero with a nil error when SQS's cap on
+// invisibility leaves nothing to extend. A failed visibility extension
+// skips the renew: the claim must not outlive the message's invisibility.
+func (p *processor) beat(ctx context.Context, log *slog.Logger, m *Message, l lease) (time.Time, error) {
+	until, err := l.extend(ctx)
+	if err != nil {
+		log.Warn("visibility extension failed", slog.Any("error", err))
+		return time.Time{}, err
+	}
+	if until.IsZero() {
+		return time.Time{}, nil
+	}
+	err = p.store.Renew(ctx, claimstore.RenewParams{Key: m.Key, Token: m.Token, LeaseUntil: until})
+	switch {
+	case errors.Is(err, claimstore.ErrLeaseLost):
+		log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", err))
+		return time.Time{}, err
+	case err != nil:
+		if ctx.Err() == nil {
+			log.Warn("renew failed; will retry at the next heartbeat", slog.Any("error", err))
+		}
+		return time.Time{}, err
+	}
+	p.metrics.heartbeats.Inc()
+	return until, nil
 }
 
 // panicError carries a recovered handler panic.

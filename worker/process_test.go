@@ -57,6 +57,7 @@ func (f *fixture) heartbeatLease() (lease, *atomic.Int32) {
 	var extends atomic.Int32
 	return lease{
 		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
+		renewAt: f.clock.Now().Add(10 * time.Millisecond),
 		extend: func(context.Context) (time.Time, error) {
 			extends.Add(1)
 			return f.clock.Now().Add(30 * time.Second), nil
@@ -234,6 +235,98 @@ func TestLeaseOverBeforeStart(t *testing.T) {
 	if _, err := f.store.Get(context.Background(), "k"); !errors.Is(err, claimstore.ErrNotFound) {
 		t.Errorf("claimed a message whose lease was already over: %v", err)
 	}
+}
+
+// slowAcquire is a claim store whose Acquire returns only after the clock
+// has moved on by delay, as a throttled or overloaded store's would.
+type slowAcquire struct {
+	claimstore.Store
+	clock *claimstoretest.Clock
+	delay time.Duration
+	after func(key string) // runs once the claim is won, before Acquire returns
+}
+
+func (s *slowAcquire) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	r, err := s.Store.Acquire(ctx, p)
+	s.clock.Advance(s.delay)
+	if s.after != nil {
+		s.after(p.Key)
+	}
+	return r, err
+}
+
+// TestSlowAcquire: the claim is won only after its lease has ended. The
+// lease is renewed before the handler starts, so the delivery is not thrown
+// away; if someone took the claim over meanwhile, the handler never runs.
+func TestSlowAcquire(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		takeOver bool
+		want     action
+		ran      bool
+		outcome  string
+	}{
+		{"renewed, then handled", false, actAck, true, OutcomeCompleted},
+		{"taken over meanwhile: never handled", true, actLeave, false, OutcomeLeaseLost},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ran atomic.Bool
+			var f *fixture
+			f = newFixture(HandlerFunc(func(ctx context.Context, m *Message) (string, error) {
+				ran.Store(true)
+				if c, _ := f.store.Get(ctx, m.Key); !c.LeaseUntil.After(f.clock.Now()) {
+					t.Errorf("handler started on a lease that had ended: %+v", c)
+				}
+				return "ch_1", nil
+			}))
+			slow := &slowAcquire{Store: f.store, clock: f.clock, delay: time.Minute}
+			if tc.takeOver {
+				slow.after = func(key string) {
+					if _, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+						Key: key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+					}); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			f.p.store = slow
+			l, extends := f.heartbeatLease() // lease 30s, renew due 10ms in: both long past a minute later
+			d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+			if d.action != tc.want || ran.Load() != tc.ran || f.metrics.Count(tc.outcome) != 1 {
+				t.Fatalf("action %v, handler ran %v, %s %d; want %v, %v, 1", d.action, ran.Load(), tc.outcome, f.metrics.Count(tc.outcome), tc.want, tc.ran)
+			}
+			if extends.Load() == 0 {
+				t.Error("visibility was not extended before the handler")
+			}
+		})
+	}
+}
+
+// TestSlowAcquireRenewFails: the claim is won after its lease ended and
+// the store cannot renew it: the handler does not start on a dead lease.
+func TestSlowAcquireRenewFails(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Bool
+	f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+		ran.Store(true)
+		return "ch_1", nil
+	}))
+	f.p.store = &slowAcquire{Store: &failRenew{f.store}, clock: f.clock, delay: time.Minute}
+	l, _ := f.heartbeatLease()
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+	if d.action != actLeave || ran.Load() {
+		t.Fatalf("action %v, handler ran %v; want leave, not run", d.action, ran.Load())
+	}
+}
+
+// failRenew is a claim store that cannot renew: the store is unreachable.
+type failRenew struct{ claimstore.Store }
+
+func (failRenew) Renew(context.Context, claimstore.RenewParams) error {
+	return errors.New("store unreachable")
 }
 
 func TestBackoffGrowsWithReceives(t *testing.T) {

@@ -235,6 +235,7 @@ func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
 		until:    d.receivedAt.Add(vis - w.cfg.LeaseMargin),
 		deadline: capAt.Add(-w.cfg.LeaseMargin),
 		interval: w.cfg.HeartbeatInterval,
+		renewAt:  d.receivedAt.Add(w.cfg.HeartbeatInterval),
 		extend: func(ctx context.Context) (time.Time, error) {
 			now := w.cfg.Now()
 			next := min(vis, capAt.Sub(now).Truncate(time.Second))
