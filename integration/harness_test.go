@@ -60,6 +60,7 @@ type env struct {
 	fake     *fakeprovider.Server
 	provURL  string
 	visSecs  int
+	procs    []*proc
 }
 
 type envOptions struct {
@@ -179,7 +180,8 @@ func (e *env) waitDrained(timeout time.Duration) {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("queue not drained after %s: %d messages left; provider stats %+v", timeout, e.queueDepth(e.queueURL), e.fake.Stats())
 		}
-		time.Sleep(200 * time.Millisecond)
+		// Each query makes the emulator count every message: poll gently.
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -199,6 +201,33 @@ func (e *env) dlqMessages() []types.Message {
 			return all
 		}
 		all = append(all, out.Messages...)
+	}
+}
+
+// assertNoDeadLetters fails the test if anything reached the dead-letter
+// queue, and says what every worker logged about each message that did.
+func (e *env) assertNoDeadLetters() {
+	e.t.Helper()
+	dead := e.dlqMessages()
+	if len(dead) == 0 {
+		return
+	}
+	e.t.Errorf("%d messages dead-lettered, want 0", len(dead))
+	for _, m := range dead {
+		id := aws.ToString(m.MessageId)
+		var body struct {
+			PaymentID string `json:"payment_id"`
+		}
+		_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &body)
+		var history []string
+		for _, p := range e.procs {
+			for _, line := range strings.Split(p.log.String(), "\n") {
+				if strings.Contains(line, id) || (body.PaymentID != "" && strings.Contains(line, `"`+body.PaymentID+`"`)) {
+					history = append(history, p.name+": "+line)
+				}
+			}
+		}
+		e.t.Logf("dead-lettered %s (%s); what the workers logged of it:\n%s", id, aws.ToString(m.Body), strings.Join(history, "\n"))
 	}
 }
 
@@ -261,6 +290,7 @@ func (e *env) start(name string, o workerOptions, args ...string) *proc {
 		e.t.Fatal(err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	e.procs = append(e.procs, p)
 	e.t.Cleanup(func() {
 		select {
 		case <-p.done:
@@ -298,16 +328,26 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+// logLine is the part of a worker's JSON log line the tests read.
+type logLine struct {
+	Msg          string `json:"msg"`
+	Token        int64  `json:"token"`
+	ReceiveCount int    `json:"receive_count"`
+}
+
 // logCount counts log lines whose msg contains s.
 func (p *proc) logCount(s string) int {
+	return p.logCountWhere(s, func(logLine) bool { return true })
+}
+
+// logCountWhere counts log lines whose msg contains s and that match.
+func (p *proc) logCountWhere(s string, match func(logLine) bool) int {
 	n := 0
 	sc := bufio.NewScanner(strings.NewReader(p.log.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var line struct {
-			Msg string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(line.Msg, s) {
+		var line logLine
+		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(line.Msg, s) && match(line) {
 			n++
 		}
 	}

@@ -132,9 +132,7 @@ func deployRunWorker(t *testing.T, cfg aws.Config, r deployResources) {
 	}
 	t.Logf("payments %d, messages %d, charges %d, duplicates acked %d, drained in %s",
 		len(ps), len(ps)+5, st.Charges, w.logCount("duplicate"), time.Since(start).Round(time.Millisecond))
-	if n := len(e.dlqMessages()); n != 0 {
-		t.Errorf("%d messages dead-lettered, want 0", n)
-	}
+	e.assertNoDeadLetters()
 }
 
 // TestLocalStackInitScriptForeignTable: an existing table with another key

@@ -45,9 +45,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	if dups == 0 {
 		t.Error("no duplicate was acked: the test did not exercise deduplication")
 	}
-	if n := len(e.dlqMessages()); n != 0 {
-		t.Errorf("%d messages dead-lettered, want 0", n)
-	}
+	e.assertNoDeadLetters()
 }
 
 // TestProviderFaults injects failures before charging and timeouts after
@@ -74,42 +72,64 @@ func TestProviderFaults(t *testing.T) {
 	}
 	t.Logf("payments %d, provider calls %d, charges %d, injected faults %d, replays %d, released %d",
 		len(ps), st.Calls, st.Charges, st.Faults, st.Replays, released)
-	if n := len(e.dlqMessages()); n != 0 {
-		t.Errorf("%d messages dead-lettered, want 0", n)
-	}
+	e.assertNoDeadLetters()
 }
 
 // TestCrash kills one of three workers with SIGKILL again and again while
-// messages flow, restarting it each time.
+// messages flow, restarting it each time. Each victim dies a random moment
+// (up to 1.5 s) after it completed its first payment, so it dies holding
+// claims in flight; the others take them over once the leases end (token
+// +1), and every payment is charged once, none dead-lettered.
+//
+// Each kill costs the messages the victim held one of the queue's five
+// receives, and with a 3 s visibility a claim must be taken within 3 s of
+// its receipt. The loop watches the victim's log often but the queue's depth
+// only about once a second: each depth query makes the emulator count every
+// message, and polling it every 50 ms once delayed claims past the
+// visibility until messages were dead-lettered.
 func TestCrash(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 20 * time.Millisecond}})
 	ps := payments("crash", 300)
 	e.sendPayments(ps)
-	opts := workerOptions{concurrency: 8}
+	// Debug logs record each claim's lease, so a failure shows every
+	// message's history.
+	debug := []string{"LOG_LEVEL=debug"}
+	opts := workerOptions{concurrency: 8, extraEnv: debug}
 	e.start("steady-1", opts)
 	e.start("steady-2", opts)
-	// Each kill costs the messages the victim held a receive toward the
-	// queue's maxReceiveCount (5): kill often enough to hit work in flight,
-	// not so often that one message is held by five victims in a row.
 	kills := 0
-	victim := e.start("victim-0", workerOptions{concurrency: 4})
 	deadline := time.Now().Add(3 * time.Minute)
-	for e.queueDepth(e.queueURL) > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
+	drained := func() bool { return e.queueDepth(e.queueURL) == 0 }
+	for !drained() && time.Now().Before(deadline) {
+		victim := e.start(fmt.Sprintf("victim-%d", kills), workerOptions{concurrency: 4, extraEnv: debug})
+		for i := 1; victim.logCount("completed") == 0 && time.Now().Before(deadline); i++ {
+			if i%20 == 0 && drained() {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
 		victim.kill()
 		kills++
-		victim = e.start(fmt.Sprintf("victim-%d", kills), workerOptions{concurrency: 4})
 	}
 	e.waitDrained(2 * time.Minute)
 	st := e.assertChargedOnce(ps)
-	if n := len(e.dlqMessages()); n != 0 {
-		t.Errorf("%d messages dead-lettered, want 0", n)
+	e.assertNoDeadLetters()
+	takeovers := 0
+	maxReceives := 0
+	for _, p := range e.procs {
+		takeovers += p.logCountWhere("completed", func(l logLine) bool { return l.Token > 1 })
+		p.logCountWhere("", func(l logLine) bool { maxReceives = max(maxReceives, l.ReceiveCount); return false })
 	}
+	t.Logf("payments %d, kills %d, provider calls %d, charges %d, replays %d, completed after a takeover %d, most receives of one message %d",
+		len(ps), kills, st.Calls, st.Charges, st.Replays, takeovers, maxReceives)
 	if kills < 3 {
 		t.Errorf("only %d kills: the queue drained too fast to test crashes", kills)
 	}
-	t.Logf("payments %d, kills %d, provider calls %d, charges %d, replays %d", len(ps), kills, st.Calls, st.Charges, st.Replays)
+	if takeovers == 0 {
+		t.Error("no claim was completed after a takeover: no kill hit a message in flight")
+	}
 }
 
 // TestStalledWorker stops a worker (SIGSTOP) while it holds a claim and
