@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,11 +25,84 @@ import (
 // worker and reports what each message cost: AWS requests (counted on the
 // wire by SDK middleware, per operation) and the worker's CPU time. The
 // baseline is the same worker with claims switched off (a store that grants
-// every claim without a request). Run with `make bench`.
+// every claim without a request). The third run is the floor under the
+// first: the same two claim writes per message (Acquire, Complete) issued
+// by 32 goroutines with no SQS and no worker, so that claims minus
+// store-only minus baseline is what the worker itself adds. Run with
+// `make bench`.
 func BenchmarkWorker(b *testing.B) {
 	for _, mode := range []string{"claims", "baseline-no-claims"} {
 		b.Run(mode, func(b *testing.B) { benchWorker(b, mode == "claims") })
 	}
+	b.Run("store-only", benchStoreOnly)
+}
+
+// benchStoreOnly claims and completes b.N keys through the DynamoDB store
+// from 32 goroutines, as the claims run does, without SQS or a worker.
+func benchStoreOnly(b *testing.B) {
+	cfg := awstest.Config(b)
+	counter := awsreq.NewCounter()
+	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
+	cfg.HTTPClient = worker.HTTPClient(64)
+	ctx := context.Background()
+	ddb := dynamodb.NewFromConfig(cfg)
+	table := awstest.Name("bench-claims")
+	if err := dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: table}); err != nil {
+		b.Fatal(err)
+	}
+	store, err := dynamo.New(dynamo.Config{Client: ddb, Table: table})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := fmt.Sprintf("store_%d_", time.Now().UnixNano())
+	keys := make(chan int, b.N)
+	for i := range b.N {
+		keys <- i
+	}
+	close(keys)
+	counter.Reset()
+	user0, cpu0 := cpuTime()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			for i := range keys {
+				now := time.Now()
+				a, err := store.Acquire(ctx, claimstore.AcquireParams{
+					Key: prefix + strconv.Itoa(i), Owner: "bench",
+					LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour),
+				})
+				if err == nil && a.Outcome != claimstore.Acquired {
+					err = fmt.Errorf("key %d: outcome %v", i, a.Outcome)
+				}
+				if err == nil {
+					err = store.Complete(ctx, claimstore.CompleteParams{
+						Key: a.Claim.Key, Token: a.Claim.Token, Result: "ok", ExpiresAt: now.Add(24 * time.Hour),
+					})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	user1, cpu1 := cpuTime()
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(counter.Service("DynamoDB"))/n, "ddb-req/msg")
+	b.ReportMetric(0, "sqs-req/msg")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "cpu-µs/msg")
+	b.ReportMetric(float64((user1-user0).Microseconds())/n, "user-µs/msg")
 }
 
 func benchWorker(b *testing.B, claims bool) {
