@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -40,17 +41,10 @@ func BenchmarkWorker(b *testing.B) {
 // benchStoreOnly claims and completes b.N keys through the DynamoDB store
 // from 32 goroutines, as the claims run does, without SQS or a worker.
 func benchStoreOnly(b *testing.B) {
-	cfg := awstest.Config(b)
-	counter := awsreq.NewCounter()
-	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
-	cfg.HTTPClient = worker.HTTPClient(64)
+	cfg, counter := benchConfig(b)
 	ctx := context.Background()
 	ddb := dynamodb.NewFromConfig(cfg)
-	table := awstest.Name("bench-claims")
-	if err := dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: table}); err != nil {
-		b.Fatal(err)
-	}
-	store, err := dynamo.New(dynamo.Config{Client: ddb, Table: table})
+	store, err := dynamo.New(dynamo.Config{Client: ddb, Table: benchTable(b, ddb)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,10 +54,7 @@ func benchStoreOnly(b *testing.B) {
 		keys <- i
 	}
 	close(keys)
-	counter.Reset()
-	user0, cpu0 := cpuTime()
-	b.ResetTimer()
-	start := time.Now()
+	m := startMeter(b, counter)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for range 32 {
@@ -90,26 +81,15 @@ func benchStoreOnly(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
+	m.stop(b)
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
-	user1, cpu1 := cpuTime()
-	n := float64(b.N)
-	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64(counter.Service("DynamoDB"))/n, "ddb-req/msg")
-	b.ReportMetric(0, "sqs-req/msg")
-	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "cpu-µs/msg")
-	b.ReportMetric(float64((user1-user0).Microseconds())/n, "user-µs/msg")
 }
 
 func benchWorker(b *testing.B, claims bool) {
-	cfg := awstest.Config(b)
-	counter := awsreq.NewCounter()
-	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
-	cfg.HTTPClient = worker.HTTPClient(64)
+	cfg, counter := benchConfig(b)
 	ctx := context.Background()
 	sq := sqs.NewFromConfig(cfg)
 	ddb := dynamodb.NewFromConfig(cfg)
@@ -143,10 +123,7 @@ func benchWorker(b *testing.B, claims bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	counter.Reset()
-	user0, cpu0 := cpuTime()
-	b.ResetTimer()
-	start := time.Now()
+	m := startMeter(b, counter)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(rctx) }()
@@ -161,16 +138,7 @@ func benchWorker(b *testing.B, claims bool) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	user1, cpu1 := cpuTime()
-	cpu, user := cpu1-cpu0, user1-user0
-	n := float64(b.N)
-	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64(counter.Service("DynamoDB"))/n, "ddb-req/msg")
-	b.ReportMetric(float64(counter.Service("SQS"))/n, "sqs-req/msg")
-	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/msg")
-	b.ReportMetric(float64(user.Microseconds())/n, "user-µs/msg")
+	m.stop(b)
 	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
 }
 
@@ -182,11 +150,60 @@ func benchResources(b *testing.B, sq *sqs.Client, ddb *dynamodb.Client) (queueUR
 	if err != nil {
 		b.Fatal(err)
 	}
-	table = awstest.Name("bench-claims")
-	if err := dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: table}); err != nil {
+	return *out.QueueUrl, benchTable(b, ddb)
+}
+
+// benchTable creates a claim table with the store's default layout.
+func benchTable(b *testing.B, ddb *dynamodb.Client) string {
+	b.Helper()
+	table := awstest.Name("bench-claims")
+	if err := dynamo.CreateTable(context.Background(), ddb, dynamo.TableSpec{Name: table}); err != nil {
 		b.Fatal(err)
 	}
-	return *out.QueueUrl, table
+	return table
+}
+
+// benchConfig is the emulator's SDK configuration with every request
+// counted, on the worker's HTTP client.
+func benchConfig(b *testing.B) (aws.Config, *awsreq.Counter) {
+	b.Helper()
+	cfg := awstest.Config(b)
+	counter := awsreq.NewCounter()
+	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
+	cfg.HTTPClient = worker.HTTPClient(64)
+	return cfg, counter
+}
+
+// meter measures one run of b.N messages: wall time, CPU time and the
+// requests counted from startMeter to stop.
+type meter struct {
+	counter     *awsreq.Counter
+	start       time.Time
+	user0, cpu0 time.Duration
+}
+
+// startMeter resets the counter and the benchmark timer and starts measuring.
+func startMeter(b *testing.B, counter *awsreq.Counter) *meter {
+	counter.Reset()
+	m := &meter{counter: counter}
+	m.user0, m.cpu0 = cpuTime()
+	b.ResetTimer()
+	m.start = time.Now()
+	return m
+}
+
+// stop stops the timer and reports messages/s and, per message, DynamoDB
+// and SQS requests, CPU time and user CPU time.
+func (m *meter) stop(b *testing.B) {
+	elapsed := time.Since(m.start)
+	b.StopTimer()
+	user1, cpu1 := cpuTime()
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(m.counter.Service("DynamoDB"))/n, "ddb-req/msg")
+	b.ReportMetric(float64(m.counter.Service("SQS"))/n, "sqs-req/msg")
+	b.ReportMetric(float64((cpu1-m.cpu0).Microseconds())/n, "cpu-µs/msg")
+	b.ReportMetric(float64((user1-m.user0).Microseconds())/n, "user-µs/msg")
 }
 
 // cpuTime returns this process's user CPU time and user+system CPU time.
