@@ -2,9 +2,12 @@ package claimstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxKeyBytes is the longest key, prefix included, a store accepts: DynamoDB's
@@ -24,25 +27,54 @@ const (
 	StatusReleased Status = "RELEASED"
 )
 
-// Claim is one key's row.
+// Claim is one key's row. docs/protocol.md describes each attribute as
+// stored, with its type and unit.
 type Claim struct {
 	// Key is the idempotency key, without the store's prefix.
 	Key string
 	// Status is the claim's state.
 	Status Status
 	// Token is the fencing token: 1 at the first acquisition, +1 at each takeover.
+	// Pass it downstream where a resource can reject a superseded holder.
 	Token int64
+	// Acq is the acquisition's own random id, new at every acquisition. The
+	// holder's writes are conditioned on it, and a retried write whose first
+	// try was applied recognizes itself by it.
+	Acq string
 	// LeaseUntil is when the holder's lease ends; meaningful while in progress.
 	LeaseUntil time.Time
 	// ExpiresAt is when the row stops counting (the TTL); second precision.
 	ExpiresAt time.Time
+	// FirstAt is the key's first acquisition, kept by takeovers: when a
+	// downstream service (the payment provider) may first have seen the key.
+	// Millisecond precision; zero on rows written before it was stored.
+	FirstAt time.Time
+	// Fingerprint says what the payload was; empty if none was given.
+	Fingerprint string
 	// Owner names the worker instance that last acquired the claim.
 	Owner string
 	// Attempts counts acquisitions so far.
 	Attempts int64
 	// Result is the stored outcome of a completed claim.
 	Result string
+	// LastError is the failure the last holder recorded when it released the
+	// claim, for diagnostics (a message SQS dead-letters still says why).
+	LastError string
 }
+
+// Holder identifies the holder of a claim in its writes: the acquisition,
+// and the token for logs and downstream fencing.
+type Holder struct {
+	// Key is the claim's key.
+	Key string
+	// Token is the holder's fencing token, from Acquire.
+	Token int64
+	// Acq is the holder's acquisition id, from Acquire; writes are conditioned on it.
+	Acq string
+}
+
+// Holder returns the identity of the claim's current holder.
+func (c Claim) Holder() Holder { return Holder{Key: c.Key, Token: c.Token, Acq: c.Acq} }
 
 // Outcome says what an Acquire found.
 type Outcome int
@@ -55,6 +87,9 @@ const (
 	Duplicate
 	// HeldElsewhere means another holder's lease is live until Claim.LeaseUntil.
 	HeldElsewhere
+	// KeyReused means the key's row has another fingerprint: the key was
+	// reused for another payload. Nothing is written; Claim is the row found.
+	KeyReused
 )
 
 // String returns the outcome's name as used in logs and metrics.
@@ -66,6 +101,8 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case HeldElsewhere:
 		return "held_elsewhere"
+	case KeyReused:
+		return "key_reused"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
@@ -76,7 +113,7 @@ type Acquisition struct {
 	// Outcome says whether the caller holds the claim.
 	Outcome Outcome
 	// Claim is the row after the acquisition (Acquired) or the row that
-	// blocked it (Duplicate, HeldElsewhere).
+	// blocked it (Duplicate, HeldElsewhere, KeyReused).
 	Claim Claim
 }
 
@@ -86,6 +123,14 @@ type AcquireParams struct {
 	Key string
 	// Owner names the acquiring worker instance, for diagnostics.
 	Owner string
+	// Fingerprint says what the payload is (a hash of its fields). A row with
+	// another non-empty fingerprint makes Acquire return KeyReused; an empty
+	// one on either side matches anything. Defaults to "".
+	Fingerprint string
+	// Acq is the new acquisition's id. Set it only to retry an Acquire whose
+	// answer was lost: a row that already carries it is the caller's own.
+	// Defaults to a new random id.
+	Acq string
 	// LeaseUntil is when the lease ends if nobody renews it. Required, in the future.
 	LeaseUntil time.Time
 	// ExpiresAt is when the row stops counting unless Complete refreshes it.
@@ -95,54 +140,70 @@ type AcquireParams struct {
 
 // RenewParams are the arguments of Renew.
 type RenewParams struct {
-	// Key is the claim's key.
-	Key string
-	// Token is the caller's fencing token, from Acquire.
-	Token int64
+	Holder
 	// LeaseUntil is the lease's new end.
 	LeaseUntil time.Time
+	// ExpiresAt is the row's new expiry; the store keeps it no earlier than
+	// LeaseUntil, so a long-held claim never expires under its holder. Required.
+	ExpiresAt time.Time
 }
 
 // CompleteParams are the arguments of Complete.
 type CompleteParams struct {
-	// Key is the claim's key.
-	Key string
-	// Token is the caller's fencing token, from Acquire.
-	Token int64
+	Holder
 	// Result is the outcome to return to duplicates.
 	Result string
-	// ExpiresAt is how long the completed key is remembered; see the Retention
-	// section of the design: it must outlast any redelivery.
+	// ExpiresAt is how long the completed key is remembered: it must outlast
+	// any redelivery (docs/protocol.md, "Retention"). Required.
 	ExpiresAt time.Time
 }
+
+// ReleaseParams are the arguments of Release.
+type ReleaseParams struct {
+	Holder
+	// LastError is why the holder gives up, stored with the row for
+	// diagnostics (truncated to MaxLastErrorBytes). Defaults to "".
+	LastError string
+}
+
+// MaxLastErrorBytes is the longest LastError a store keeps.
+const MaxLastErrorBytes = 1024
 
 // Store is the claim protocol's storage. Implementations are safe for
 // concurrent use by many goroutines and processes: each operation is a single
 // atomic conditional write, and exactly one of any number of concurrent
 // Acquire calls for an absent key gets Acquired.
 //
+// The holder's writes (Renew, Complete, Release) are conditioned on the
+// holder's acquisition id and the claim being in progress. A write that finds
+// the row already in the state it asks for with the holder's id is its own
+// earlier try, applied but unanswered: it succeeds. So a caller (or its SDK)
+// may retry any operation with the same arguments.
+//
 // Errors: ErrInvalidKey and ErrInvalidParams for bad arguments (nothing is
-// written), ErrLeaseLost when the caller's token no longer holds the claim,
+// written), ErrLeaseLost when the caller no longer holds the claim,
 // ErrNotFound from Get. Any other error is the backend's, wrapped, and the
 // outcome of the operation is unknown: callers treat it as retryable.
 type Store interface {
-	// Acquire claims p.Key. It returns Acquired with a new token if the key
-	// is absent, released, past its lease, or past its ExpiresAt; Duplicate if
-	// it is completed; HeldElsewhere if another holder's lease is live.
+	// Acquire claims p.Key. It returns Acquired with a new token and Acq if
+	// the key is absent, released, past its lease, or past its ExpiresAt (or
+	// if the row is the caller's own, by p.Acq); KeyReused if the row has
+	// another fingerprint; Duplicate if it is completed; HeldElsewhere if
+	// another holder's lease is live.
 	Acquire(ctx context.Context, p AcquireParams) (Acquisition, error)
 
-	// Renew extends the lease of the holder of p.Token. It fails with
-	// ErrLeaseLost if the claim was taken over, completed or released.
+	// Renew extends the holder's lease. It fails with ErrLeaseLost if the
+	// claim was taken over, completed or released.
 	Renew(ctx context.Context, p RenewParams) error
 
-	// Complete marks the claim completed with p.Result, if p.Token still holds
-	// it; otherwise it fails with ErrLeaseLost and changes nothing.
+	// Complete marks the claim completed with p.Result if p still holds it;
+	// otherwise it fails with ErrLeaseLost and changes nothing.
 	Complete(ctx context.Context, p CompleteParams) error
 
 	// Release gives the claim up so that the next Acquire takes over at once,
-	// if token still holds it; otherwise it fails with ErrLeaseLost. The row is
-	// kept so that tokens stay monotonic.
-	Release(ctx context.Context, key string, token int64) error
+	// if p still holds it; otherwise it fails with ErrLeaseLost. The row is
+	// kept so that tokens stay monotonic, and so is p.LastError.
+	Release(ctx context.Context, p ReleaseParams) error
 
 	// Get returns the claim for key, or ErrNotFound if there is none or it is
 	// past its ExpiresAt. It is for diagnostics and tests; the protocol never
@@ -151,8 +212,8 @@ type Store interface {
 }
 
 var (
-	// ErrLeaseLost means the caller's token no longer holds the claim: it was
-	// taken over after the lease expired, or completed or released already.
+	// ErrLeaseLost means the caller no longer holds the claim: it was taken
+	// over after the lease expired, or completed or released already.
 	ErrLeaseLost = errors.New("claimstore: lease lost")
 	// ErrNotFound means there is no live claim for the key.
 	ErrNotFound = errors.New("claimstore: claim not found")
@@ -192,24 +253,39 @@ func (p AcquireParams) Check(prefix string, now time.Time) error {
 	return nil
 }
 
-// Check validates p.
-func (p RenewParams) Check(prefix string) error {
-	if err := CheckKey(prefix, p.Key); err != nil {
+// Check validates h for the operation op.
+func (h Holder) Check(prefix, op string) error {
+	if err := CheckKey(prefix, h.Key); err != nil {
 		return err
 	}
-	if p.Token < 1 {
-		return fmt.Errorf("%w: renew: Token must be positive", ErrInvalidParams)
+	var errs []error
+	if h.Token < 1 {
+		errs = append(errs, errors.New("Token must be positive"))
+	}
+	if h.Acq == "" {
+		errs = append(errs, errors.New("Acq is required"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidParams, op, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Check validates p.
+func (p RenewParams) Check(prefix string) error {
+	if err := p.Holder.Check(prefix, "renew"); err != nil {
+		return err
+	}
+	if p.LeaseUntil.IsZero() || p.ExpiresAt.IsZero() {
+		return fmt.Errorf("%w: renew: LeaseUntil and ExpiresAt are required", ErrInvalidParams)
 	}
 	return nil
 }
 
 // Check validates p.
 func (p CompleteParams) Check(prefix string) error {
-	if err := CheckKey(prefix, p.Key); err != nil {
+	if err := p.Holder.Check(prefix, "complete"); err != nil {
 		return err
-	}
-	if p.Token < 1 {
-		return fmt.Errorf("%w: complete: Token must be positive", ErrInvalidParams)
 	}
 	if p.ExpiresAt.IsZero() {
 		return fmt.Errorf("%w: complete: ExpiresAt is required", ErrInvalidParams)
@@ -217,20 +293,94 @@ func (p CompleteParams) Check(prefix string) error {
 	return nil
 }
 
-// CheckRelease validates Release's arguments.
-func CheckRelease(prefix, key string, token int64) error {
-	if err := CheckKey(prefix, key); err != nil {
-		return err
+// Check validates p.
+func (p ReleaseParams) Check(prefix string) error { return p.Holder.Check(prefix, "release") }
+
+// RenewExpiry is the expiry a Renew stores: p.ExpiresAt, or the lease's end
+// if that is later, so that the row outlives its lease.
+func (p RenewParams) RenewExpiry() time.Time {
+	if p.ExpiresAt.Before(p.LeaseUntil) {
+		return p.LeaseUntil
 	}
-	if token < 1 {
-		return fmt.Errorf("%w: release: token must be positive", ErrInvalidParams)
+	return p.ExpiresAt
+}
+
+// TruncateLastError cuts s to MaxLastErrorBytes, on a UTF-8 boundary.
+func TruncateLastError(s string) string {
+	if len(s) <= MaxLastErrorBytes {
+		return s
 	}
-	return nil
+	s = s[:MaxLastErrorBytes]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// NewAcq returns a new random acquisition id.
+func NewAcq() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Live reports whether c still counts at now: a row past ExpiresAt is absent.
 func (c Claim) Live(now time.Time) bool {
 	return now.Before(c.ExpiresAt)
+}
+
+// Decide says what an Acquire with p at now does on finding the row c: its own
+// earlier write (Acquired), a takeover (Acquired with take true), or an
+// outcome that blocks it. Every store decides with it, so that they agree.
+func (c Claim) Decide(p AcquireParams, now time.Time) (o Outcome, take bool) {
+	switch {
+	case p.Acq != "" && c.Acq == p.Acq:
+		return Acquired, false
+	case !c.Live(now):
+		return Acquired, true
+	case c.Fingerprint != "" && p.Fingerprint != "" && c.Fingerprint != p.Fingerprint:
+		return KeyReused, false
+	case c.Takeable(now):
+		return Acquired, true
+	default:
+		return c.Blocked(), false
+	}
+}
+
+// Takeover returns the row an Acquire with p at now writes over c: the
+// token incremented, a new acquisition, first_at kept unless c had expired
+// (an expired row counts as absent, so the key starts afresh).
+func (c Claim) Takeover(p AcquireParams, now time.Time) Claim {
+	n := NewClaim(p, now)
+	n.Token = c.Token + 1
+	if c.Live(now) {
+		n.Attempts = c.Attempts + 1
+		if !c.FirstAt.IsZero() {
+			n.FirstAt = c.FirstAt
+		}
+		if n.Fingerprint == "" {
+			n.Fingerprint = c.Fingerprint
+		}
+		n.LastError = c.LastError
+	}
+	return n
+}
+
+// NewClaim returns the row a first Acquire with p at now writes. p.Acq must
+// be set.
+func NewClaim(p AcquireParams, now time.Time) Claim {
+	return Claim{
+		Key:         p.Key,
+		Status:      StatusInProgress,
+		Token:       1,
+		Acq:         p.Acq,
+		LeaseUntil:  time.UnixMilli(LeaseMillis(p.LeaseUntil)),
+		ExpiresAt:   time.Unix(ExpirySeconds(p.ExpiresAt), 0),
+		FirstAt:     time.UnixMilli(now.UnixMilli()),
+		Fingerprint: p.Fingerprint,
+		Owner:       p.Owner,
+		Attempts:    1,
+	}
 }
 
 // Takeable reports whether an Acquire at now may take c over: it is past its

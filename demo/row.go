@@ -189,8 +189,8 @@ func (r *row) claimFirst(pol claimPolicy) handler {
 		default:
 			return 0, fmt.Errorf("acquire: unexpected outcome %v", a.Outcome)
 		}
-		token := a.Claim.Token
-		if token > 1 {
+		holder := a.Claim.Holder()
+		if holder.Token > 1 {
 			r.takeovers.Add(1)
 		}
 		if pol.crash != nil && pol.crash(m) {
@@ -203,14 +203,14 @@ func (r *row) claimFirst(pol claimPolicy) handler {
 				return 0, err
 			}
 			if pol.release {
-				if err := r.store.Release(ctx, key, token); err != nil {
+				if err := r.store.Release(ctx, claimstore.ReleaseParams{Holder: holder}); err != nil {
 					return 0, fmt.Errorf("release: %w", err)
 				}
 			}
 			return later, nil
 		}
 		err = r.store.Complete(ctx, claimstore.CompleteParams{
-			Key: key, Token: token, Result: ch.ID, ExpiresAt: r.clock.Now().Add(retention),
+			Holder: holder, Result: ch.ID, ExpiresAt: r.clock.Now().Add(retention),
 		})
 		if err != nil {
 			return 0, fmt.Errorf("complete: %w", err)

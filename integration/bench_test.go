@@ -70,7 +70,7 @@ func benchStoreOnly(b *testing.B) {
 				}
 				if err == nil {
 					err = store.Complete(ctx, claimstore.CompleteParams{
-						Key: a.Claim.Key, Token: a.Claim.Token, Result: "ok", ExpiresAt: now.Add(24 * time.Hour),
+						Holder: a.Claim.Holder(), Result: "ok", ExpiresAt: now.Add(24 * time.Hour),
 					})
 				}
 				if err != nil {
@@ -219,11 +219,11 @@ func strPtr(s string) *string { return &s }
 type nopStore struct{}
 
 func (nopStore) Acquire(_ context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
-	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: claimstore.Claim{Key: p.Key, Token: 1}}, nil
+	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: claimstore.Claim{Key: p.Key, Token: 1, Acq: "nop"}}, nil
 }
 func (nopStore) Renew(context.Context, claimstore.RenewParams) error       { return nil }
 func (nopStore) Complete(context.Context, claimstore.CompleteParams) error { return nil }
-func (nopStore) Release(context.Context, string, int64) error              { return nil }
+func (nopStore) Release(context.Context, claimstore.ReleaseParams) error   { return nil }
 func (nopStore) Get(context.Context, string) (claimstore.Claim, error) {
 	return claimstore.Claim{}, claimstore.ErrNotFound
 }

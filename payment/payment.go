@@ -12,6 +12,8 @@ package payment
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -84,7 +86,19 @@ func (d Decoder) Decode(m *worker.Message) error {
 	if err := provider.CheckKey(m.Key); err != nil {
 		return worker.Permanent("invalid idempotency key", err)
 	}
+	m.Fingerprint = Fingerprint(p)
 	return nil
+}
+
+// Fingerprint is what a payment is, for its claim: a hash over its payment
+// id, amount and currency. The same key with another fingerprint is a
+// payment id reused for another payment, not a duplicate.
+func Fingerprint(p provider.Payment) string {
+	h := sha256.New()
+	// Length-prefixed fields, so that no two payments hash alike by shifting
+	// bytes between them.
+	fmt.Fprintf(h, "%d:%s|%d|%d:%s", len(p.PaymentID), p.PaymentID, p.Amount, len(p.Currency), p.Currency)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Charger charges a payment with an idempotency key; *provider.Client is one.

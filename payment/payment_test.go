@@ -99,3 +99,27 @@ func TestHandlerOutcomes(t *testing.T) {
 		t.Errorf("charges = %d, want 2 (pay_ok once, pay_flaky once)", st.Charges)
 	}
 }
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	base := provider.Payment{PaymentID: "pay_1", Amount: 1999, Currency: "EUR"}
+	if payment.Fingerprint(base) != payment.Fingerprint(base) {
+		t.Fatal("fingerprint is not deterministic")
+	}
+	for name, other := range map[string]provider.Payment{
+		"amount":   {PaymentID: "pay_1", Amount: 2999, Currency: "EUR"},
+		"currency": {PaymentID: "pay_1", Amount: 1999, Currency: "USD"},
+		"id":       {PaymentID: "pay_2", Amount: 1999, Currency: "EUR"},
+	} {
+		if payment.Fingerprint(other) == payment.Fingerprint(base) {
+			t.Errorf("another %s has the same fingerprint", name)
+		}
+	}
+	m := &worker.Message{ID: "m1", Body: `{"payment_id":"pay_1","amount":1999,"currency":"EUR"}`}
+	if err := (payment.Decoder{}).Decode(m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Fingerprint != payment.Fingerprint(base) {
+		t.Errorf("decoder fingerprint = %q, want %q", m.Fingerprint, payment.Fingerprint(base))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Message is one delivery of an SQS message as the decoder and the handler
@@ -23,9 +24,19 @@ type Message struct {
 	Payload any
 	// Key is the idempotency key the Decoder chose; the claim is on it.
 	Key string
+	// Fingerprint says what the payload is, for the claim: the same key with
+	// another fingerprint is key reuse, dead-lettered, not a duplicate. The
+	// Decoder may set it (e.g. a hash of the fields that matter); empty
+	// matches anything.
+	Fingerprint string
 	// Token is the claim's fencing token while the handler runs: pass it
 	// downstream where a resource can reject writes from a superseded holder.
 	Token int64
+	// FirstAt is when the key was first acquired, by any delivery: when a
+	// downstream service first may have seen it. Handlers that forward the
+	// key to a service that forgets keys compare it with that service's
+	// memory. Zero for claims stored before it was recorded.
+	FirstAt time.Time
 }
 
 // Handler does a message's work while the worker holds its claim. It is
@@ -48,7 +59,7 @@ type HandlerFunc func(ctx context.Context, m *Message) (string, error)
 func (f HandlerFunc) Handle(ctx context.Context, m *Message) (string, error) { return f(ctx, m) }
 
 // Decoder decodes and validates a message before it is claimed: it sets
-// m.Payload and m.Key. An error means the message is poison (it can never
+// m.Payload and m.Key, and may set m.Fingerprint. An error means the message is poison (it can never
 // succeed) and sends it to the dead-letter queue with the error as the reason.
 type Decoder interface {
 	Decode(m *Message) error

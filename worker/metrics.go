@@ -18,11 +18,13 @@ const (
 	OutcomeSendFailed   = "send_failed"   // the dead-letter send failed: message left to come back
 	OutcomePanic        = "panic"         // the handler panicked: claim released, never acked
 	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
+	OutcomeKeyReused    = "key_reused"    // the key's claim has another payload's fingerprint: dead-lettered
 )
 
 var outcomes = []string{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
 	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
+	OutcomeKeyReused,
 }
 
 // Metrics are the worker's Prometheus metrics.

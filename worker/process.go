@@ -47,6 +47,10 @@ type disposition struct {
 	reason string        // actDeadLetter
 }
 
+// storeCallTimeout bounds a completion or release, which outlive the
+// handler's context: a hung call must not hold the message forever.
+const storeCallTimeout = 10 * time.Second
+
 // errLeaseLost is the cause of a handler context cancelled by a failed renew.
 var errLeaseLost = errors.New("worker: lease lost")
 
@@ -90,7 +94,7 @@ type processor struct {
 // cancelled when the worker stops receiving, only when in-flight work must end.
 func (p *processor) process(ctx context.Context, m *Message, l lease) disposition {
 	log := p.log.With(slog.String("message_id", m.ID), slog.Int("receive_count", m.ReceiveCount))
-	if err := p.decoder.Decode(m); err != nil {
+	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
 	}
 	log = log.With(slog.String("idempotency_key", m.Key))
@@ -102,9 +106,12 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		log.Warn("lease ended before processing started; returning message")
 		return disposition{action: actRetry}
 	}
-	acq, err := p.store.Acquire(ctx, claimstore.AcquireParams{
-		Key: m.Key, Owner: p.owner, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
+	// The claim is worth nothing once the lease it would start has ended.
+	actx, cancel := context.WithDeadline(ctx, l.until)
+	acq, err := p.store.Acquire(actx, claimstore.AcquireParams{
+		Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
 	})
+	cancel()
 	switch {
 	case errors.Is(err, claimstore.ErrInvalidKey):
 		return p.poison(log, Permanent("invalid idempotency key", err))
@@ -114,6 +121,10 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
 	}
 	switch acq.Outcome {
+	case claimstore.KeyReused:
+		p.metrics.count(OutcomeKeyReused)
+		return p.poison(log, Permanentf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
+			m.Key, m.Fingerprint, acq.Claim.Fingerprint))
 	case claimstore.Duplicate:
 		p.metrics.count(OutcomeDuplicate)
 		log.Info("duplicate: key already completed", slog.String("result", acq.Claim.Result), slog.Int64("token", acq.Claim.Token))
@@ -131,20 +142,23 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
 	}
 
-	m.Token = acq.Claim.Token
+	m.Token, m.FirstAt = acq.Claim.Token, acq.Claim.FirstAt
+	holder := acq.Claim.Holder()
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.count(OutcomeAcquired)
 	log.Debug("claim acquired", slog.Time("lease_until", l.until))
-	result, herr, lost := p.handle(ctx, log, m, l)
+	result, herr, lost := p.handle(ctx, log, m, holder, l)
 	if lost {
 		p.metrics.count(OutcomeLeaseLost)
 		log.Warn("lease lost while handling: not completing, not acking")
 		return disposition{action: actLeave}
 	}
 	if herr == nil {
-		err := p.store.Complete(context.WithoutCancel(ctx), claimstore.CompleteParams{
-			Key: m.Key, Token: m.Token, Result: result, ExpiresAt: p.now().Add(p.retention),
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		err := p.store.Complete(cctx, claimstore.CompleteParams{
+			Holder: holder, Result: result, ExpiresAt: p.now().Add(p.retention),
 		})
+		cancel()
 		switch {
 		case errors.Is(err, claimstore.ErrLeaseLost):
 			p.metrics.count(OutcomeLeaseLost)
@@ -162,7 +176,10 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		return disposition{action: actAck}
 	}
 
-	if rerr := p.store.Release(context.WithoutCancel(ctx), m.Key, m.Token); rerr != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	rerr := p.store.Release(rctx, claimstore.ReleaseParams{Holder: holder, LastError: herr.Error()})
+	cancel()
+	if rerr != nil {
 		if errors.Is(rerr, claimstore.ErrLeaseLost) {
 			p.metrics.count(OutcomeLeaseLost)
 			log.Warn("lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
@@ -188,7 +205,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 
 // handle runs the handler with heartbeats. lost reports that the lease was
 // lost while it ran, whatever the handler returned, or before it could start.
-func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l lease) (result string, err error, lost bool) {
+func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, h claimstore.Holder, l lease) (result string, err error, lost bool) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if !l.deadline.IsZero() {
@@ -204,7 +221,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 			// and throw the delivery away when it does. Nothing has acted, so
 			// a renew after the lease ended is safe: it fails if anyone took
 			// the claim over meanwhile.
-			until, err := p.beat(hctx, log, m, l)
+			until, err := p.beat(hctx, log, h, l, l.until)
 			switch {
 			case errors.Is(err, claimstore.ErrLeaseLost):
 				return "", nil, true
@@ -221,7 +238,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 		beat := make(chan struct{})
 		go func() {
 			defer close(beat)
-			p.heartbeat(hctx, log, m, l, leaseUntil, next, cancel, done)
+			p.heartbeat(hctx, log, h, l, leaseUntil, next, cancel, done)
 		}()
 		defer func() { close(done); <-beat }()
 	}
@@ -239,7 +256,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, l 
 // runs out before a renew extends it (the process was stalled, or the store
 // unreachable), the handler's context is cancelled at once, since a later
 // holder may already be doing the work.
-func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message, l lease, leaseUntil, next time.Time,
+func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, h claimstore.Holder, l lease, leaseUntil, next time.Time,
 	lose context.CancelCauseFunc, done <-chan struct{},
 ) {
 	t := time.NewTimer(next.Sub(p.now()))
@@ -265,7 +282,7 @@ func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message,
 			expired()
 			return
 		}
-		until, err := p.beat(ctx, log, m, l)
+		until, err := p.beat(ctx, log, h, l, leaseUntil)
 		t.Reset(l.interval)
 		switch {
 		case errors.Is(err, claimstore.ErrLeaseLost):
@@ -282,7 +299,11 @@ func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, m *Message,
 // returns the lease's new end, or zero with a nil error when SQS's cap on
 // invisibility leaves nothing to extend. A failed visibility extension
 // skips the renew: the claim must not outlive the message's invisibility.
-func (p *processor) beat(ctx context.Context, log *slog.Logger, m *Message, l lease) (time.Time, error) {
+// Both calls are bounded by leaseUntil, the lease's current end: a call that
+// hangs returns when the lease ends, so the watchdog always fires on time.
+func (p *processor) beat(ctx context.Context, log *slog.Logger, h claimstore.Holder, l lease, leaseUntil time.Time) (time.Time, error) {
+	ctx, cancel := context.WithDeadline(ctx, leaseUntil)
+	defer cancel()
 	until, err := l.extend(ctx)
 	if err != nil {
 		log.Warn("visibility extension failed", slog.Any("error", err))
@@ -291,7 +312,7 @@ func (p *processor) beat(ctx context.Context, log *slog.Logger, m *Message, l le
 	if until.IsZero() {
 		return time.Time{}, nil
 	}
-	err = p.store.Renew(ctx, claimstore.RenewParams{Key: m.Key, Token: m.Token, LeaseUntil: until})
+	err = p.store.Renew(ctx, claimstore.RenewParams{Holder: h, LeaseUntil: until, ExpiresAt: p.now().Add(p.retention)})
 	switch {
 	case errors.Is(err, claimstore.ErrLeaseLost):
 		log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", err))
@@ -313,6 +334,17 @@ type panicError struct {
 }
 
 func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }
+
+// decode runs the decoder; a panicking decoder makes the message poison
+// rather than crash the worker.
+func (p *processor) decode(m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = Permanentf("decoder panicked: %v", v)
+		}
+	}()
+	return p.decoder.Decode(m)
+}
 
 // call runs the handler, turning a panic into an error that is never acked.
 func (p *processor) call(ctx context.Context, m *Message) (result string, err error) {

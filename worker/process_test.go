@@ -380,3 +380,83 @@ func TestRetentionCheck(t *testing.T) {
 		t.Errorf("CheckRetention(queue retention) = %v", err)
 	}
 }
+
+// hangingRenew is a claim store whose Renew hangs until its context ends, as
+// a call to an unresponsive endpoint does without a response timeout.
+type hangingRenew struct{ claimstore.Store }
+
+func (hangingRenew) Renew(ctx context.Context, _ claimstore.RenewParams) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestHangingRenewWatchdog: a heartbeat's renew hangs past the lease. The
+// watchdog still cancels the handler when the lease ends, and the message is
+// neither completed nor acked.
+func TestHangingRenewWatchdog(t *testing.T) {
+	t.Parallel()
+	cancelled := make(chan time.Time, 1)
+	f := newFixture(HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+		select {
+		case <-ctx.Done():
+			cancelled <- time.Now()
+			return "", ctx.Err()
+		case <-time.After(5 * time.Second):
+			return "ran past its lease", nil
+		}
+	}))
+	f.p.now = time.Now
+	f.p.store = hangingRenew{memory.New(memory.Config{})}
+	start := time.Now()
+	const leaseFor = 400 * time.Millisecond
+	l := lease{
+		until: start.Add(leaseFor), interval: 100 * time.Millisecond, renewAt: start.Add(100 * time.Millisecond),
+		extend: func(context.Context) (time.Time, error) { return time.Now().Add(leaseFor), nil },
+	}
+	done := make(chan disposition, 1)
+	go func() { done <- f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l) }()
+	select {
+	case d := <-done:
+		if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
+			t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the handler was not cancelled within 3s of a 400ms lease: a hung renew blocked the watchdog")
+	}
+	if late := (<-cancelled).Sub(start.Add(leaseFor)); late > 150*time.Millisecond {
+		t.Errorf("handler cancelled %s after its lease ended, want within 150ms", late)
+	}
+}
+
+// TestKeyReusedIsDeadLettered: the same key with another payload after the
+// first completed is poison with a reason naming the key, not a duplicate.
+func TestKeyReusedIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("ch_1"))
+	fp := "a"
+	f.p.decoder = DecoderFunc(func(m *Message) error { m.Key, m.Fingerprint = "pay_1", fp; return nil })
+	if d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, f.lease()); d.action != actAck {
+		t.Fatalf("first: %+v, want ack", d)
+	}
+	if d := f.p.process(context.Background(), &Message{ID: "m2", ReceiveCount: 1}, f.lease()); d.action != actAck || f.metrics.Count(OutcomeDuplicate) != 1 {
+		t.Fatalf("same payload again: %+v, want ack as a duplicate", d)
+	}
+	fp = "b"
+	d := f.p.process(context.Background(), &Message{ID: "m3", ReceiveCount: 1}, f.lease())
+	if d.action != actDeadLetter || !strings.Contains(d.reason, `"pay_1"`) || !strings.Contains(d.reason, "reused") {
+		t.Fatalf("another payload: %+v, want dead-letter with a reason naming the key", d)
+	}
+	if f.metrics.Count(OutcomeKeyReused) != 1 {
+		t.Errorf("key_reused counted %d, want 1", f.metrics.Count(OutcomeKeyReused))
+	}
+}
+
+func TestPanickingDecoderIsPoison(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("x"))
+	f.p.decoder = DecoderFunc(func(*Message) error { panic("bad input") })
+	d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, f.lease())
+	if d.action != actDeadLetter || !strings.Contains(d.reason, "decoder panicked: bad input") {
+		t.Fatalf("%+v, want dead-letter with the panic as the reason", d)
+	}
+}

@@ -164,7 +164,12 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 		if !p.take(ctx, batch) {
 			return
 		}
-		out, err := w.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		// The receive is not cancelled by shutdown: a long poll cut off may
+		// still have handed messages out, which would then stay invisible for
+		// a whole visibility timeout. It ends within its wait time, and what
+		// it brings is returned at once below.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+ResponseHeaderTimeout)
+		out, err := w.cfg.SQS.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(w.cfg.QueueURL),
 			MaxNumberOfMessages:         int32(batch),
 			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
@@ -172,6 +177,7 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 			MessageAttributeNames:       []string{"All"},
 		})
+		cancel()
 		var msgs []types.Message
 		if out != nil {
 			msgs = out.Messages

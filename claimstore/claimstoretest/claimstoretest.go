@@ -111,7 +111,7 @@ func cases(opts Options) []testCase {
 		}},
 		{"duplicate_after_completion_returns_result", func(h *harness, key string) {
 			a := h.acquire(key, "w1")
-			h.complete(key, a.Claim.Token, "ch_123")
+			h.complete(a.Claim, "ch_123")
 			d := h.acquire(key, "w2")
 			h.wantOutcome(d, claimstore.Duplicate)
 			if d.Claim.Result != "ch_123" || d.Claim.Token != 1 || d.Claim.Status != claimstore.StatusCompleted {
@@ -140,9 +140,7 @@ func cases(opts Options) []testCase {
 		}},
 		{"takeover_after_release", func(h *harness, key string) {
 			a := h.acquire(key, "w1")
-			if err := h.s.Release(context.Background(), key, a.Claim.Token); err != nil {
-				h.t.Fatalf("Release: %v", err)
-			}
+			h.release(a.Claim, "")
 			if got := h.get(key); got.Status != claimstore.StatusReleased || got.Token != 1 {
 				h.t.Fatalf("after release = %+v, want RELEASED with token 1 kept", got)
 			}
@@ -155,7 +153,7 @@ func cases(opts Options) []testCase {
 		{"renew_extends_the_lease", func(h *harness, key string) {
 			a := h.acquire(key, "w1")
 			newLease := h.clock.Now().Add(3 * lease)
-			if err := h.s.Renew(context.Background(), claimstore.RenewParams{Key: key, Token: a.Claim.Token, LeaseUntil: newLease}); err != nil {
+			if err := h.s.Renew(context.Background(), claimstore.RenewParams{Holder: a.Claim.Holder(), LeaseUntil: newLease, ExpiresAt: h.clock.Now().Add(retention)}); err != nil {
 				h.t.Fatalf("Renew: %v", err)
 			}
 			h.clock.Advance(2 * lease)
@@ -171,56 +169,43 @@ func cases(opts Options) []testCase {
 			cur := h.acquire(key, "w2")
 			h.wantOutcome(cur, claimstore.Acquired)
 			before := h.get(key)
-			ctx := context.Background()
-			stale := old.Claim.Token
-			ops := map[string]error{
-				"renew":    h.s.Renew(ctx, claimstore.RenewParams{Key: key, Token: stale, LeaseUntil: h.clock.Now().Add(10 * lease)}),
-				"complete": h.s.Complete(ctx, claimstore.CompleteParams{Key: key, Token: stale, Result: "late", ExpiresAt: h.clock.Now().Add(retention)}),
-				"release":  h.s.Release(ctx, key, stale),
-			}
-			for op, err := range ops {
-				if !errors.Is(err, claimstore.ErrLeaseLost) {
-					h.t.Errorf("%s with stale token: err = %v, want ErrLeaseLost", op, err)
-				}
-			}
+			h.wantHolderWritesLost(old.Claim.Holder(), "stale holder")
 			if after := h.get(key); after != before {
 				h.t.Fatalf("stale writes changed the claim:\nbefore %+v\nafter  %+v", before, after)
 			}
-			h.complete(key, cur.Claim.Token, "ok") // the current holder is unaffected
+			h.complete(cur.Claim, "ok") // the current holder is unaffected
 		}},
 		{"finished_claim_rejects_holder_writes", func(h *harness, key string) {
 			a := h.acquire(key, "w1")
-			h.complete(key, a.Claim.Token, "done")
+			h.complete(a.Claim, "done")
 			ctx := context.Background()
-			if err := h.s.Renew(ctx, claimstore.RenewParams{Key: key, Token: a.Claim.Token, LeaseUntil: h.clock.Now().Add(lease)}); !errors.Is(err, claimstore.ErrLeaseLost) {
+			if err := h.s.Renew(ctx, h.renewParams(a.Claim.Holder(), lease)); !errors.Is(err, claimstore.ErrLeaseLost) {
 				h.t.Errorf("renew after complete: err = %v, want ErrLeaseLost", err)
 			}
-			if err := h.s.Release(ctx, key, a.Claim.Token); !errors.Is(err, claimstore.ErrLeaseLost) {
+			if err := h.s.Release(ctx, claimstore.ReleaseParams{Holder: a.Claim.Holder()}); !errors.Is(err, claimstore.ErrLeaseLost) {
 				h.t.Errorf("release after complete: err = %v, want ErrLeaseLost", err)
 			}
-			if err := h.s.Complete(ctx, claimstore.CompleteParams{Key: key, Token: a.Claim.Token, Result: "again", ExpiresAt: h.clock.Now().Add(retention)}); !errors.Is(err, claimstore.ErrLeaseLost) {
-				h.t.Errorf("second complete: err = %v, want ErrLeaseLost", err)
+			// A second Complete with the same holder is its own retry (success,
+			// tested below); another holder's is rejected.
+			other := a.Claim.Holder()
+			other.Acq = claimstore.NewAcq()
+			if err := h.s.Complete(ctx, claimstore.CompleteParams{Holder: other, Result: "again", ExpiresAt: h.clock.Now().Add(retention)}); !errors.Is(err, claimstore.ErrLeaseLost) {
+				h.t.Errorf("complete by another acquisition: err = %v, want ErrLeaseLost", err)
 			}
 			if got := h.get(key); got.Result != "done" || got.Status != claimstore.StatusCompleted {
 				h.t.Fatalf("claim = %+v, want COMPLETED with result done", got)
 			}
 		}},
 		{"unknown_key_rejects_holder_writes", func(h *harness, key string) {
-			ctx := context.Background()
-			if err := h.s.Release(ctx, key, 1); !errors.Is(err, claimstore.ErrLeaseLost) {
-				h.t.Errorf("release of unknown key: err = %v, want ErrLeaseLost", err)
-			}
-			if err := h.s.Complete(ctx, claimstore.CompleteParams{Key: key, Token: 1, ExpiresAt: h.clock.Now().Add(retention)}); !errors.Is(err, claimstore.ErrLeaseLost) {
-				h.t.Errorf("complete of unknown key: err = %v, want ErrLeaseLost", err)
-			}
-			if _, err := h.s.Get(ctx, key); !errors.Is(err, claimstore.ErrNotFound) {
+			h.wantHolderWritesLost(claimstore.Holder{Key: key, Token: 1, Acq: claimstore.NewAcq()}, "unknown key")
+			if _, err := h.s.Get(context.Background(), key); !errors.Is(err, claimstore.ErrNotFound) {
 				h.t.Errorf("Get of unknown key: err = %v, want ErrNotFound", err)
 			}
 		}},
 		{"expired_row_counts_as_absent", func(h *harness, key string) {
 			a := h.acquire(key, "w1")
 			if err := h.s.Complete(context.Background(), claimstore.CompleteParams{
-				Key: key, Token: a.Claim.Token, Result: "old", ExpiresAt: h.clock.Now().Add(2 * time.Second),
+				Holder: a.Claim.Holder(), Result: "old", ExpiresAt: h.clock.Now().Add(2 * time.Second),
 			}); err != nil {
 				h.t.Fatalf("Complete: %v", err)
 			}
@@ -243,8 +228,8 @@ func cases(opts Options) []testCase {
 				}
 				if want%2 == 0 {
 					h.clock.Advance(lease)
-				} else if err := h.s.Release(context.Background(), key, a.Claim.Token); err != nil {
-					h.t.Fatalf("Release: %v", err)
+				} else {
+					h.release(a.Claim, "")
 				}
 			}
 		}},
@@ -268,6 +253,145 @@ func cases(opts Options) []testCase {
 			if _, err := h.s.Get(context.Background(), key); !errors.Is(err, claimstore.ErrNotFound) {
 				h.t.Errorf("a rejected Acquire wrote a row: Get err = %v", err)
 			}
+		}},
+		{"own_applied_acquire_recognized", func(h *harness, key string) {
+			// The first try was applied but its answer lost: the retry, with
+			// the same Acq, finds its own row and holds the claim.
+			p := h.params(key, "w1")
+			p.Acq = claimstore.NewAcq()
+			first := h.acquireWith(p)
+			h.wantOutcome(first, claimstore.Acquired)
+			h.clock.Advance(time.Second)
+			again := h.acquireWith(p)
+			h.wantOutcome(again, claimstore.Acquired)
+			if again.Claim.Acq != p.Acq || again.Claim.Token != 1 || again.Claim.Attempts != 1 {
+				h.t.Fatalf("retried acquire = %+v, want the first row (acq %s, token 1, attempts 1)", again.Claim, p.Acq)
+			}
+			h.complete(again.Claim, "ok")
+		}},
+		{"own_applied_takeover_recognized", func(h *harness, key string) {
+			h.release(h.acquire(key, "w1").Claim, "")
+			p := h.params(key, "w2")
+			p.Acq = claimstore.NewAcq()
+			h.wantOutcome(h.acquireWith(p), claimstore.Acquired)
+			again := h.acquireWith(p)
+			h.wantOutcome(again, claimstore.Acquired)
+			if again.Claim.Token != 2 || again.Claim.Acq != p.Acq {
+				h.t.Fatalf("retried takeover = %+v, want token 2 with acq %s", again.Claim, p.Acq)
+			}
+		}},
+		{"applied_then_retried_complete_is_success", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			h.complete(a.Claim, "ch_1")
+			h.complete(a.Claim, "ch_1") // the retry of a write that was applied
+			if got := h.get(key); got.Status != claimstore.StatusCompleted || got.Result != "ch_1" {
+				h.t.Fatalf("claim = %+v, want COMPLETED ch_1", got)
+			}
+		}},
+		{"applied_then_retried_release_is_success", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			h.release(a.Claim, "provider: 503")
+			h.release(a.Claim, "provider: 503")
+			got := h.get(key)
+			if got.Status != claimstore.StatusReleased || got.LastError != "provider: 503" {
+				h.t.Fatalf("claim = %+v, want RELEASED with last error kept", got)
+			}
+			b := h.acquire(key, "w2")
+			h.wantOutcome(b, claimstore.Acquired)
+			// The first holder's late retry must not release the new holder.
+			if err := h.s.Release(context.Background(), claimstore.ReleaseParams{Holder: a.Claim.Holder()}); !errors.Is(err, claimstore.ErrLeaseLost) {
+				h.t.Fatalf("old holder's release after a takeover: err = %v, want ErrLeaseLost", err)
+			}
+		}},
+		{"acq_is_new_per_acquisition", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			h.release(a.Claim, "")
+			b := h.acquire(key, "w1")
+			if a.Claim.Acq == "" || b.Claim.Acq == "" || a.Claim.Acq == b.Claim.Acq {
+				h.t.Fatalf("acq of two acquisitions: %q and %q, want two different non-empty ids", a.Claim.Acq, b.Claim.Acq)
+			}
+			if got := h.get(key); got.Acq != b.Claim.Acq {
+				h.t.Fatalf("stored acq = %q, want the current holder's %q", got.Acq, b.Claim.Acq)
+			}
+		}},
+		{"reused_token_with_another_acq_rejected", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			impostor := a.Claim.Holder()
+			impostor.Acq = claimstore.NewAcq() // the same token, another acquisition
+			before := h.get(key)
+			h.wantHolderWritesLost(impostor, "same token, another acq")
+			if after := h.get(key); after != before {
+				h.t.Fatalf("rejected writes changed the claim:\nbefore %+v\nafter  %+v", before, after)
+			}
+			h.complete(a.Claim, "ok")
+		}},
+		{"fingerprint_mismatch_on_completed_claim", func(h *harness, key string) {
+			p := h.params(key, "w1")
+			p.Fingerprint = "fp-a"
+			a := h.acquireWith(p)
+			h.complete(a.Claim, "ch_1")
+			p2 := h.params(key, "w2")
+			p2.Fingerprint = "fp-b"
+			r := h.acquireWith(p2)
+			h.wantOutcome(r, claimstore.KeyReused)
+			if r.Claim.Fingerprint != "fp-a" || r.Claim.Result != "ch_1" {
+				h.t.Fatalf("key reused claim = %+v, want the stored fingerprint fp-a and result", r.Claim)
+			}
+			p2.Fingerprint = "fp-a"
+			h.wantOutcome(h.acquireWith(p2), claimstore.Duplicate) // same payload: a plain duplicate
+		}},
+		{"fingerprint_mismatch_on_in_progress_claim", func(h *harness, key string) {
+			p := h.params(key, "w1")
+			p.Fingerprint = "fp-a"
+			a := h.acquireWith(p)
+			before := h.get(key)
+			p2 := h.params(key, "w2")
+			p2.Fingerprint = "fp-b"
+			h.wantOutcome(h.acquireWith(p2), claimstore.KeyReused)
+			if after := h.get(key); after != before {
+				h.t.Fatalf("key reuse disturbed the holder:\nbefore %+v\nafter  %+v", before, after)
+			}
+			h.complete(a.Claim, "ok")
+		}},
+		{"row_without_fingerprint_matches", func(h *harness, key string) {
+			a := h.acquire(key, "w1") // no fingerprint, as rows written before them
+			h.complete(a.Claim, "ch_1")
+			p := h.params(key, "w2")
+			p.Fingerprint = "fp-new"
+			h.wantOutcome(h.acquireWith(p), claimstore.Duplicate)
+		}},
+		{"takeover_keeps_first_at", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			first := a.Claim.FirstAt
+			if first.UnixMilli() != h.clock.Now().UnixMilli() {
+				h.t.Fatalf("FirstAt = %v, want the acquisition time %v", first, h.clock.Now())
+			}
+			h.clock.Advance(lease)
+			b := h.acquire(key, "w2")
+			h.wantOutcome(b, claimstore.Acquired)
+			h.release(b.Claim, "")
+			h.clock.Advance(time.Minute)
+			c := h.acquire(key, "w3")
+			if !b.Claim.FirstAt.Equal(first) || !c.Claim.FirstAt.Equal(first) || !h.get(key).FirstAt.Equal(first) {
+				h.t.Fatalf("FirstAt after takeovers = %v, %v, stored %v; want %v kept", b.Claim.FirstAt, c.Claim.FirstAt, h.get(key).FirstAt, first)
+			}
+		}},
+		{"renew_moves_expiry_past_the_lease", func(h *harness, key string) {
+			p := h.params(key, "w1")
+			p.ExpiresAt = p.LeaseUntil.Add(time.Second) // a retention barely longer than the lease
+			a := h.acquireWith(p)
+			long := h.clock.Now().Add(10 * lease)
+			if err := h.s.Renew(context.Background(), claimstore.RenewParams{
+				Holder: a.Claim.Holder(), LeaseUntil: long, ExpiresAt: p.ExpiresAt,
+			}); err != nil {
+				h.t.Fatalf("Renew: %v", err)
+			}
+			got := h.get(key)
+			if got.ExpiresAt.Before(got.LeaseUntil) {
+				h.t.Fatalf("after renew ExpiresAt %v is before LeaseUntil %v", got.ExpiresAt, got.LeaseUntil)
+			}
+			h.clock.Advance(5 * lease)
+			h.wantOutcome(h.acquire(key, "w2"), claimstore.HeldElsewhere)
 		}},
 		{"racing_acquirers_one_winner", func(h *harness, key string) {
 			const racers = 16
@@ -305,6 +429,39 @@ func cases(opts Options) []testCase {
 				}
 			}
 		}},
+		{"racing_takeover_one_winner", func(h *harness, key string) {
+			const racers = 16
+			h.release(h.acquire(key, "w0").Claim, "")
+			var (
+				wg      sync.WaitGroup
+				start   = make(chan struct{})
+				results = make([]claimstore.Acquisition, racers)
+				errs    = make([]error, racers)
+			)
+			for i := range racers {
+				wg.Go(func() {
+					<-start
+					results[i], errs[i] = h.s.Acquire(context.Background(), h.params(key, "racer"))
+				})
+			}
+			close(start)
+			wg.Wait()
+			winners := 0
+			for i := range racers {
+				if errs[i] != nil {
+					h.t.Fatalf("racer %d: %v", i, errs[i])
+				}
+				if results[i].Outcome == claimstore.Acquired {
+					winners++
+					if results[i].Claim.Token != 2 {
+						h.t.Errorf("winner's token = %d, want 2", results[i].Claim.Token)
+					}
+				}
+			}
+			if winners != 1 {
+				h.t.Fatalf("%d of %d racers took the released claim over, want exactly 1", winners, racers)
+			}
+		}},
 	}
 }
 
@@ -321,20 +478,55 @@ func (h *harness) params(key, owner string) claimstore.AcquireParams {
 
 func (h *harness) acquire(key, owner string) claimstore.Acquisition {
 	h.t.Helper()
-	a, err := h.s.Acquire(context.Background(), h.params(key, owner))
+	return h.acquireWith(h.params(key, owner))
+}
+
+func (h *harness) acquireWith(p claimstore.AcquireParams) claimstore.Acquisition {
+	h.t.Helper()
+	a, err := h.s.Acquire(context.Background(), p)
 	if err != nil {
-		h.t.Fatalf("Acquire(%q): %v", key, err)
+		h.t.Fatalf("Acquire(%q): %v", p.Key, err)
 	}
 	return a
 }
 
-func (h *harness) complete(key string, token int64, result string) {
+func (h *harness) complete(c claimstore.Claim, result string) {
 	h.t.Helper()
 	err := h.s.Complete(context.Background(), claimstore.CompleteParams{
-		Key: key, Token: token, Result: result, ExpiresAt: h.clock.Now().Add(retention),
+		Holder: c.Holder(), Result: result, ExpiresAt: h.clock.Now().Add(retention),
 	})
 	if err != nil {
-		h.t.Fatalf("Complete(%q, %d): %v", key, token, err)
+		h.t.Fatalf("Complete(%q, token %d): %v", c.Key, c.Token, err)
+	}
+}
+
+func (h *harness) release(c claimstore.Claim, lastError string) {
+	h.t.Helper()
+	if err := h.s.Release(context.Background(), claimstore.ReleaseParams{Holder: c.Holder(), LastError: lastError}); err != nil {
+		h.t.Fatalf("Release(%q, token %d): %v", c.Key, c.Token, err)
+	}
+}
+
+// renewParams renews hd's lease to d from now, the row kept for the retention.
+func (h *harness) renewParams(hd claimstore.Holder, d time.Duration) claimstore.RenewParams {
+	now := h.clock.Now()
+	return claimstore.RenewParams{Holder: hd, LeaseUntil: now.Add(d), ExpiresAt: now.Add(retention)}
+}
+
+// wantHolderWritesLost checks that renew, complete and release by hd all
+// fail with ErrLeaseLost.
+func (h *harness) wantHolderWritesLost(hd claimstore.Holder, who string) {
+	h.t.Helper()
+	ctx := context.Background()
+	ops := map[string]error{
+		"renew":    h.s.Renew(ctx, h.renewParams(hd, 10*lease)),
+		"complete": h.s.Complete(ctx, claimstore.CompleteParams{Holder: hd, Result: "late", ExpiresAt: h.clock.Now().Add(retention)}),
+		"release":  h.s.Release(ctx, claimstore.ReleaseParams{Holder: hd, LastError: "late"}),
+	}
+	for op, err := range ops {
+		if !errors.Is(err, claimstore.ErrLeaseLost) {
+			h.t.Errorf("%s by %s: err = %v, want ErrLeaseLost", op, who, err)
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 		if err != nil || a.Outcome != claimstore.Acquired {
 			b.Fatalf("acquire: %v %v", a.Outcome, err)
 		}
-		if err := s.Complete(ctx, claimstore.CompleteParams{Key: key, Token: a.Claim.Token, Result: "ok", ExpiresAt: now.Add(time.Hour)}); err != nil {
+		if err := s.Complete(ctx, claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: "ok", ExpiresAt: now.Add(time.Hour)}); err != nil {
 			b.Fatal(err)
 		}
 	}

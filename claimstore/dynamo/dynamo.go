@@ -2,15 +2,21 @@
 //
 // The table has a string partition key (default attribute "pk"), no sort key,
 // and TTL enabled on a number attribute (default "expires_at"); see the design
-// document's table layout. Every operation is one conditional UpdateItem:
+// row in docs/protocol.md. Every operation is a conditional write, and none
+// reads first:
 //
-//   - Acquire writes the claim if the key is absent, released, past its lease
-//     or past its expiry, incrementing the token, and returns the new row. If
-//     the condition fails, ReturnValuesOnConditionCheckFailure=ALL_OLD returns
-//     the blocking row with the failure, so no read is ever needed: a happy
-//     path acquire and complete cost two requests and two write units.
-//   - Renew, Complete and Release are conditioned on "token = mine AND
-//     status = IN_PROGRESS"; a failed condition is claimstore.ErrLeaseLost.
+//   - Acquire puts the whole new row (token 1, a new acq) guarded by
+//     attribute_not_exists(pk). If the condition fails,
+//     ReturnValuesOnConditionCheckFailure=ALL_OLD returns the row in the
+//     way with the failure, and claimstore.Claim.Decide says what it means:
+//     the caller's own applied write, key reuse, a duplicate, a live holder,
+//     or a takeover: one UpdateItem conditioned on the token seen, which
+//     increments it and keeps first_at. A happy-path acquire and complete
+//     cost two requests and two write units; a takeover three.
+//   - Renew, Complete and Release are conditioned on "acq = mine AND
+//     status = IN_PROGRESS", asking for ALL_OLD on failure: a row already in
+//     the requested state with the caller's acq is its own applied write
+//     (success); any other failed condition is claimstore.ErrLeaseLost.
 //
 // The lease and expiry comparisons use the store's clock, so the clocks of the
 // workers sharing a table should agree to well within a lease's safety margin
@@ -21,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -44,16 +51,24 @@ const (
 
 // The other attributes of a claim row.
 const (
-	attrStatus   = "status"
-	attrToken    = "token"
-	attrLease    = "lease_until"
-	attrOwner    = "owner"
-	attrAttempts = "attempts"
-	attrResult   = "result"
+	attrStatus      = "status"
+	attrToken       = "token"
+	attrAcq         = "acq"
+	attrLease       = "lease_until"
+	attrFirstAt     = "first_at"
+	attrFingerprint = "fingerprint"
+	attrOwner       = "owner"
+	attrAttempts    = "attempts"
+	attrResult      = "result"
+	attrLastError   = "last_error"
 )
+
+// rowAttributes are the attributes the store writes besides the key and TTL.
+var rowAttributes = []string{attrStatus, attrToken, attrAcq, attrLease, attrFirstAt, attrFingerprint, attrOwner, attrAttempts, attrResult, attrLastError}
 
 // API is the part of *dynamodb.Client the store uses.
 type API interface {
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 }
@@ -98,7 +113,7 @@ func (c *Config) validate() error {
 	if c.KeyAttribute == c.TTLAttribute {
 		errs = append(errs, fmt.Errorf("KeyAttribute and TTLAttribute are both %q", c.KeyAttribute))
 	}
-	for _, name := range []string{attrStatus, attrToken, attrLease, attrOwner, attrAttempts, attrResult} {
+	for _, name := range rowAttributes {
 		if c.KeyAttribute == name || c.TTLAttribute == name {
 			errs = append(errs, fmt.Errorf("KeyAttribute and TTLAttribute must not be %q, which the store uses", name))
 		}
@@ -110,11 +125,10 @@ func (c *Config) validate() error {
 type Store struct {
 	cfg   Config
 	table *string
-	names map[string]string
 
-	acquireUpdate, acquireCond *string
-	heldCond                   *string
-	renew, complete, release   holderWrite
+	absent                   *string
+	takeoverCond             *string
+	renew, complete, release holderWrite
 }
 
 // holderWrite is an update conditioned on the caller holding the claim, with
@@ -122,7 +136,9 @@ type Store struct {
 // built once so that no request builds them again.
 type holderWrite struct {
 	op     string
+	target claimstore.Status // the status an applied write leaves
 	update *string
+	cond   *string
 	names  map[string]string
 }
 
@@ -133,81 +149,189 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("dynamo: %w", err)
 	}
 	s := &Store{
-		cfg:   cfg,
-		table: aws.String(cfg.Table),
-		names: map[string]string{
-			"#pk": cfg.KeyAttribute, "#ttl": cfg.TTLAttribute,
-			"#status": attrStatus, "#token": attrToken, "#lease": attrLease,
-			"#owner": attrOwner, "#attempts": attrAttempts, "#result": attrResult,
-		},
-		acquireUpdate: aws.String("SET #status = :inprogress, #token = if_not_exists(#token, :zero) + :one, " +
-			"#attempts = if_not_exists(#attempts, :zero) + :one, #lease = :lease, #ttl = :ttl, #owner = :owner REMOVE #result"),
-		acquireCond: aws.String("attribute_not_exists(#pk) OR #ttl <= :nowsec OR #status = :released OR " +
-			"(#status = :inprogress AND #lease <= :nowms)"),
-		heldCond: aws.String("#token = :token AND #status = :inprogress"),
+		cfg:    cfg,
+		table:  aws.String(cfg.Table),
+		absent: aws.String("attribute_not_exists(#pk)"),
+		takeoverCond: aws.String("#token = :seen AND (#ttl <= :nowsec OR #status = :released OR " +
+			"(#status = :inprogress AND #lease <= :nowms))"),
 	}
-	s.renew = s.holderWrite("renew", "SET #lease = :lease", "#lease")
-	s.complete = s.holderWrite("complete", "SET #status = :completed, #result = :result, #ttl = :ttl", "#result", "#ttl")
-	s.release = s.holderWrite("release", "SET #status = :released")
+	s.renew = s.holderWrite("renew", claimstore.StatusInProgress, "SET #lease = :lease, #ttl = :ttl", "#lease", "#ttl")
+	s.complete = s.holderWrite("complete", claimstore.StatusCompleted, "SET #status = :completed, #result = :result, #ttl = :ttl", "#result", "#ttl")
+	s.release = s.holderWrite("release", claimstore.StatusReleased, "SET #status = :released")
 	return s, nil
 }
 
-// holderWrite prepares an update whose expressions use names besides the
-// condition's #token and #status.
-func (s *Store) holderWrite(op, update string, names ...string) holderWrite {
-	m := map[string]string{"#token": s.names["#token"], "#status": s.names["#status"]}
-	for _, k := range names {
-		m[k] = s.names[k]
+// name returns the attribute name behind an expression placeholder.
+func (s *Store) name(placeholder string) string {
+	switch placeholder {
+	case "#pk":
+		return s.cfg.KeyAttribute
+	case "#ttl":
+		return s.cfg.TTLAttribute
 	}
-	return holderWrite{op: op, update: aws.String(update), names: m}
+	return map[string]string{
+		"#status": attrStatus, "#token": attrToken, "#acq": attrAcq, "#lease": attrLease,
+		"#first": attrFirstAt, "#fp": attrFingerprint, "#owner": attrOwner, "#attempts": attrAttempts,
+		"#result": attrResult, "#lasterr": attrLastError,
+	}[placeholder]
+}
+
+// names maps each placeholder to its attribute name.
+func (s *Store) names(placeholders ...string) map[string]string {
+	m := make(map[string]string, len(placeholders))
+	for _, p := range placeholders {
+		m[p] = s.name(p)
+	}
+	return m
+}
+
+// holderWrite prepares an update whose expressions use names besides the
+// condition's #acq and #status.
+func (s *Store) holderWrite(op string, target claimstore.Status, update string, names ...string) holderWrite {
+	return holderWrite{
+		op: op, target: target, update: aws.String(update),
+		cond:  aws.String("#acq = :acq AND #status = :inprogress"),
+		names: s.names(append([]string{"#acq", "#status"}, names...)...),
+	}
 }
 
 func (s *Store) key(k string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{s.cfg.KeyAttribute: str(s.cfg.KeyPrefix + k)}
 }
 
-// Acquire implements claimstore.Store with one conditional UpdateItem.
+// maxTakeovers bounds the takeover attempts of one Acquire: each failed one
+// means another acquirer moved the row on, and the next look decides anew.
+const maxTakeovers = 3
+
+// Acquire implements claimstore.Store: one conditional PutItem on the happy
+// path, and one UpdateItem more to take a row over.
 func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
 	now := s.cfg.Now()
 	if err := p.Check(s.cfg.KeyPrefix, now); err != nil {
 		return claimstore.Acquisition{}, err
 	}
-	out, err := s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                s.table,
-		Key:                      s.key(p.Key),
-		UpdateExpression:         s.acquireUpdate,
-		ConditionExpression:      s.acquireCond,
-		ExpressionAttributeNames: s.names, // the acquire's expressions use every name
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":inprogress": str(string(claimstore.StatusInProgress)),
-			":released":   str(string(claimstore.StatusReleased)),
-			":zero":       num(0),
-			":one":        num(1),
-			":lease":      num(claimstore.LeaseMillis(p.LeaseUntil)),
-			":ttl":        num(claimstore.ExpirySeconds(p.ExpiresAt)),
-			":owner":      str(p.Owner),
-			":nowsec":     num(now.Unix()),
-			":nowms":      num(now.UnixMilli()),
-		},
-		ReturnValues:                        types.ReturnValueAllNew,
+	if p.Acq == "" {
+		p.Acq = claimstore.NewAcq()
+	}
+	c := claimstore.NewClaim(p, now)
+	_, err := s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           s.table,
+		Item:                                s.item(c),
+		ConditionExpression:                 s.absent,
+		ExpressionAttributeNames:            s.names("#pk"),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			old, derr := s.decode(p.Key, ccf.Item)
-			if derr != nil {
-				return claimstore.Acquisition{}, fmt.Errorf("acquire %q: blocking row: %w", p.Key, derr)
-			}
-			return claimstore.Acquisition{Outcome: old.Blocked(), Claim: old}, nil
+	old, err := s.conditionFailed(p.Key, err)
+	for range maxTakeovers {
+		switch {
+		case err != nil:
+			return claimstore.Acquisition{}, fmt.Errorf("acquire %q: %w", p.Key, err)
+		case old == nil:
+			return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
 		}
+		outcome, take := old.Decide(p, now)
+		if !take {
+			return claimstore.Acquisition{Outcome: outcome, Claim: *old}, nil
+		}
+		c = old.Takeover(p, now)
+		old, err = s.takeover(ctx, old.Token, c, now)
+	}
+	if err != nil {
 		return claimstore.Acquisition{}, fmt.Errorf("acquire %q: %w", p.Key, err)
 	}
-	c, err := s.decode(p.Key, out.Attributes)
-	if err != nil {
-		return claimstore.Acquisition{}, fmt.Errorf("acquire %q: new row: %w", p.Key, err)
+	if old == nil {
+		return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
 	}
-	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
+	// Still contended after every try: someone else keeps winning, which
+	// is what held elsewhere means to the caller.
+	return claimstore.Acquisition{Outcome: claimstore.HeldElsewhere, Claim: *old}, nil
+}
+
+// takeover writes c over the row whose token was seen, if that row may still
+// be taken over. It returns the row in the way if the condition failed.
+func (s *Store) takeover(ctx context.Context, seen int64, c claimstore.Claim, now time.Time) (*claimstore.Claim, error) {
+	set := "SET #status = :inprogress, #token = :token, #acq = :acq, #lease = :lease, #ttl = :ttl, " +
+		"#first = :first, #owner = :owner, #attempts = :attempts"
+	remove := " REMOVE #result"
+	names := []string{"#status", "#token", "#acq", "#lease", "#ttl", "#first", "#owner", "#attempts", "#result"}
+	values := map[string]types.AttributeValue{
+		":inprogress": str(string(claimstore.StatusInProgress)),
+		":released":   str(string(claimstore.StatusReleased)),
+		":seen":       num(seen),
+		":token":      num(c.Token),
+		":acq":        str(c.Acq),
+		":lease":      num(c.LeaseUntil.UnixMilli()),
+		":ttl":        num(c.ExpiresAt.Unix()),
+		":first":      num(c.FirstAt.UnixMilli()),
+		":owner":      str(c.Owner),
+		":attempts":   num(c.Attempts),
+		":nowsec":     num(now.Unix()),
+		":nowms":      num(now.UnixMilli()),
+	}
+	names = append(names, "#fp", "#lasterr")
+	if c.Fingerprint != "" {
+		set += ", #fp = :fp"
+		values[":fp"] = str(c.Fingerprint)
+	} else {
+		remove += ", #fp"
+	}
+	if c.LastError != "" {
+		set += ", #lasterr = :lasterr"
+		values[":lasterr"] = str(c.LastError)
+	} else {
+		remove += ", #lasterr"
+	}
+	_, err := s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           s.table,
+		Key:                                 s.key(c.Key),
+		UpdateExpression:                    aws.String(set + remove),
+		ConditionExpression:                 s.takeoverCond,
+		ExpressionAttributeNames:            s.names(names...),
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return s.conditionFailed(c.Key, err)
+}
+
+// conditionFailed sorts a conditional write's error: nil, nil when it was
+// applied; the row in the way when its condition failed; else the error.
+func (s *Store) conditionFailed(key string, err error) (*claimstore.Claim, error) {
+	if err == nil {
+		return nil, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, err
+	}
+	if len(ccf.Item) == 0 {
+		// The row vanished between the condition and the answer (TTL
+		// deletion); nothing stands in the way, but nothing was written.
+		return nil, fmt.Errorf("condition failed without a row: %w", err)
+	}
+	old, derr := s.decode(key, ccf.Item)
+	if derr != nil {
+		return nil, fmt.Errorf("row in the way: %w", derr)
+	}
+	return &old, nil
+}
+
+// item is c as a row.
+func (s *Store) item(c claimstore.Claim) map[string]types.AttributeValue {
+	it := map[string]types.AttributeValue{
+		s.cfg.KeyAttribute: str(s.cfg.KeyPrefix + c.Key),
+		attrStatus:         str(string(c.Status)),
+		attrToken:          num(c.Token),
+		attrAcq:            str(c.Acq),
+		attrLease:          num(c.LeaseUntil.UnixMilli()),
+		s.cfg.TTLAttribute: num(c.ExpiresAt.Unix()),
+		attrFirstAt:        num(c.FirstAt.UnixMilli()),
+		attrOwner:          str(c.Owner),
+		attrAttempts:       num(c.Attempts),
+	}
+	if c.Fingerprint != "" {
+		it[attrFingerprint] = str(c.Fingerprint)
+	}
+	return it
 }
 
 // Renew implements claimstore.Store.
@@ -215,8 +339,10 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.renew, p.Key, p.Token,
-		map[string]types.AttributeValue{":lease": num(claimstore.LeaseMillis(p.LeaseUntil))})
+	return s.update(ctx, s.renew, p.Holder, map[string]types.AttributeValue{
+		":lease": num(claimstore.LeaseMillis(p.LeaseUntil)),
+		":ttl":   num(claimstore.ExpirySeconds(p.RenewExpiry())),
+	})
 }
 
 // Complete implements claimstore.Store.
@@ -224,44 +350,59 @@ func (s *Store) Complete(ctx context.Context, p claimstore.CompleteParams) error
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.complete, p.Key, p.Token,
-		map[string]types.AttributeValue{
-			":completed": str(string(claimstore.StatusCompleted)),
-			":result":    str(p.Result),
-			":ttl":       num(claimstore.ExpirySeconds(p.ExpiresAt)),
-		})
+	return s.update(ctx, s.complete, p.Holder, map[string]types.AttributeValue{
+		":completed": str(string(claimstore.StatusCompleted)),
+		":result":    str(p.Result),
+		":ttl":       num(claimstore.ExpirySeconds(p.ExpiresAt)),
+	})
 }
 
 // Release implements claimstore.Store.
-func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := claimstore.CheckRelease(s.cfg.KeyPrefix, key, token); err != nil {
+func (s *Store) Release(ctx context.Context, p claimstore.ReleaseParams) error {
+	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.release, key, token,
-		map[string]types.AttributeValue{":released": str(string(claimstore.StatusReleased))})
+	w := s.release
+	values := map[string]types.AttributeValue{":released": str(string(claimstore.StatusReleased))}
+	if p.LastError != "" {
+		w.update = aws.String(*w.update + ", #lasterr = :lasterr")
+		w.names = maps.Clone(w.names)
+		w.names["#lasterr"] = attrLastError
+		values[":lasterr"] = str(claimstore.TruncateLastError(p.LastError))
+	}
+	return s.update(ctx, w, p.Holder, values)
 }
 
-// update runs one UpdateItem conditioned on token holding the claim.
-func (s *Store) update(ctx context.Context, w holderWrite, key string, token int64, values map[string]types.AttributeValue) error {
-	op := w.op
-	values[":token"] = num(token)
+// update runs one UpdateItem conditioned on h holding the claim. A failed
+// condition whose row shows h's acquisition already in w's target state is
+// h's own earlier try, applied: success.
+func (s *Store) update(ctx context.Context, w holderWrite, h claimstore.Holder, values map[string]types.AttributeValue) error {
+	values[":acq"] = str(h.Acq)
 	values[":inprogress"] = str(string(claimstore.StatusInProgress))
 	_, err := s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 s.table,
-		Key:                       s.key(key),
-		UpdateExpression:          w.update,
-		ConditionExpression:       s.heldCond,
-		ExpressionAttributeNames:  w.names,
-		ExpressionAttributeValues: values,
+		TableName:                           s.table,
+		Key:                                 s.key(h.Key),
+		UpdateExpression:                    w.update,
+		ConditionExpression:                 w.cond,
+		ExpressionAttributeNames:            w.names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
+	old, err := s.conditionFailed(h.Key, err)
+	switch {
+	case err != nil && old == nil:
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
-			return fmt.Errorf("%s %q token %d: %w", op, key, token, claimstore.ErrLeaseLost)
+			return fmt.Errorf("%s %q token %d: %w", w.op, h.Key, h.Token, claimstore.ErrLeaseLost)
 		}
-		return fmt.Errorf("%s %q token %d: %w", op, key, token, err)
+		return fmt.Errorf("%s %q token %d: %w", w.op, h.Key, h.Token, err)
+	case old == nil:
+		return nil
+	case old.Acq == h.Acq && old.Status == w.target:
+		return nil
+	default:
+		return fmt.Errorf("%s %q token %d: %w", w.op, h.Key, h.Token, claimstore.ErrLeaseLost)
 	}
-	return nil
 }
 
 // Get implements claimstore.Store with a strongly consistent GetItem.
@@ -317,11 +458,17 @@ func (s *Store) decode(key string, item map[string]types.AttributeValue) (claims
 	}
 	c.Status = claimstore.Status(getS(attrStatus))
 	c.Token = getN(attrToken)
+	c.Acq = getS(attrAcq)
 	c.LeaseUntil = time.UnixMilli(getN(attrLease))
 	c.ExpiresAt = time.Unix(getN(s.cfg.TTLAttribute), 0)
+	if _, ok := item[attrFirstAt]; ok { // absent on rows written before it was stored
+		c.FirstAt = time.UnixMilli(getN(attrFirstAt))
+	}
+	c.Fingerprint = getS(attrFingerprint)
 	c.Attempts = getN(attrAttempts)
 	c.Owner = getS(attrOwner)
 	c.Result = getS(attrResult)
+	c.LastError = getS(attrLastError)
 	switch c.Status {
 	case claimstore.StatusInProgress, claimstore.StatusCompleted, claimstore.StatusReleased:
 	default:

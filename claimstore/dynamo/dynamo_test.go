@@ -73,11 +73,14 @@ func TestHappyPathRequests(t *testing.T) {
 	if err != nil || a.Outcome != claimstore.Acquired {
 		t.Fatalf("Acquire = %v, %v", a.Outcome, err)
 	}
-	if err := s.Complete(ctx, claimstore.CompleteParams{Key: a.Claim.Key, Token: a.Claim.Token, Result: "ch_1", ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: "ch_1", ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := counter.Service("DynamoDB"); got != 2 {
 		t.Errorf("DynamoDB requests for acquire + complete = %d (%v), want 2", got, counter.Snapshot())
+	}
+	if put, upd := counter.Count("DynamoDB.PutItem"), counter.Count("DynamoDB.UpdateItem"); put != 1 || upd != 1 {
+		t.Errorf("acquire + complete = %d PutItem and %d UpdateItem, want one of each", put, upd)
 	}
 	if got := counter.Count("DynamoDB.GetItem"); got != 0 {
 		t.Errorf("GetItem requests = %d, want 0", got)
@@ -93,6 +96,25 @@ func TestHappyPathRequests(t *testing.T) {
 	if got := counter.Service("DynamoDB"); got != 1 {
 		t.Errorf("DynamoDB requests for a duplicate = %d, want 1", got)
 	}
+
+	// A takeover of a released claim costs two: the put that finds the row,
+	// and the update conditioned on the token it saw.
+	key := awstest.Name("pay")
+	r, err := s.Acquire(ctx, claimstore.AcquireParams{Key: key, Owner: "w", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, claimstore.ReleaseParams{Holder: r.Claim.Holder()}); err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	tk, err := s.Acquire(ctx, claimstore.AcquireParams{Key: key, Owner: "w2", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+	if err != nil || tk.Outcome != claimstore.Acquired || tk.Claim.Token != 2 {
+		t.Fatalf("takeover Acquire = %+v, %v", tk, err)
+	}
+	if put, upd, all := counter.Count("DynamoDB.PutItem"), counter.Count("DynamoDB.UpdateItem"), counter.Service("DynamoDB"); put != 1 || upd != 1 || all != 2 {
+		t.Errorf("takeover = %d PutItem, %d UpdateItem, %d in all; want 1, 1, 2", put, upd, all)
+	}
 }
 
 // TestRowLayout checks the attribute names and types other tools rely on
@@ -104,11 +126,11 @@ func TestRowLayout(t *testing.T) {
 	ctx := context.Background()
 	key := awstest.Name("pay")
 	now := time.Now()
-	a, err := s.Acquire(ctx, claimstore.AcquireParams{Key: key, Owner: "w1", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+	a, err := s.Acquire(ctx, claimstore.AcquireParams{Key: key, Owner: "w1", Fingerprint: "fp1", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, claimstore.CompleteParams{Key: key, Token: a.Claim.Token, Result: "ch_9", ExpiresAt: now.Add(2 * time.Hour)}); err != nil {
+	if err := s.Complete(ctx, claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: "ch_9", ExpiresAt: now.Add(2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := c.GetItem(ctx, &dynamodb.GetItemInput{
@@ -119,8 +141,8 @@ func TestRowLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"pk": "S", "status": "S", "token": "N", "lease_until": "N",
-		"expires_at": "N", "owner": "S", "attempts": "N", "result": "S",
+		"pk": "S", "status": "S", "token": "N", "acq": "S", "lease_until": "N",
+		"expires_at": "N", "first_at": "N", "fingerprint": "S", "owner": "S", "attempts": "N", "result": "S",
 	}
 	for name, typ := range want {
 		v, ok := out.Item[name]

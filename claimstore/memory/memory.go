@@ -51,21 +51,22 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	if err := p.Check(s.prefix, now); err != nil {
 		return claimstore.Acquisition{}, err
 	}
+	if p.Acq == "" {
+		p.Acq = claimstore.NewAcq()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.claims[p.Key]
-	if ok && !old.Takeable(now) {
-		return claimstore.Acquisition{Outcome: old.Blocked(), Claim: old}, nil
+	if !ok {
+		c := claimstore.NewClaim(p, now)
+		s.claims[p.Key] = c
+		return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
 	}
-	c := claimstore.Claim{
-		Key:        p.Key,
-		Status:     claimstore.StatusInProgress,
-		Token:      old.Token + 1,
-		LeaseUntil: time.UnixMilli(claimstore.LeaseMillis(p.LeaseUntil)),
-		ExpiresAt:  time.Unix(claimstore.ExpirySeconds(p.ExpiresAt), 0),
-		Owner:      p.Owner,
-		Attempts:   old.Attempts + 1,
+	outcome, take := old.Decide(p, now)
+	if !take {
+		return claimstore.Acquisition{Outcome: outcome, Claim: old}, nil
 	}
+	c := old.Takeover(p, now)
 	s.claims[p.Key] = c
 	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
 }
@@ -75,8 +76,9 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	if err := p.Check(s.prefix); err != nil {
 		return err
 	}
-	return s.update(ctx, p.Key, p.Token, "renew", func(c *claimstore.Claim) {
+	return s.update(ctx, p.Holder, "renew", claimstore.StatusInProgress, func(c *claimstore.Claim) {
 		c.LeaseUntil = time.UnixMilli(claimstore.LeaseMillis(p.LeaseUntil))
+		c.ExpiresAt = time.Unix(claimstore.ExpirySeconds(p.RenewExpiry()), 0)
 	})
 }
 
@@ -85,7 +87,7 @@ func (s *Store) Complete(ctx context.Context, p claimstore.CompleteParams) error
 	if err := p.Check(s.prefix); err != nil {
 		return err
 	}
-	return s.update(ctx, p.Key, p.Token, "complete", func(c *claimstore.Claim) {
+	return s.update(ctx, p.Holder, "complete", claimstore.StatusCompleted, func(c *claimstore.Claim) {
 		c.Status = claimstore.StatusCompleted
 		c.Result = p.Result
 		c.ExpiresAt = time.Unix(claimstore.ExpirySeconds(p.ExpiresAt), 0)
@@ -93,29 +95,37 @@ func (s *Store) Complete(ctx context.Context, p claimstore.CompleteParams) error
 }
 
 // Release implements claimstore.Store.
-func (s *Store) Release(ctx context.Context, key string, token int64) error {
-	if err := claimstore.CheckRelease(s.prefix, key, token); err != nil {
+func (s *Store) Release(ctx context.Context, p claimstore.ReleaseParams) error {
+	if err := p.Check(s.prefix); err != nil {
 		return err
 	}
-	return s.update(ctx, key, token, "release", func(c *claimstore.Claim) {
+	return s.update(ctx, p.Holder, "release", claimstore.StatusReleased, func(c *claimstore.Claim) {
 		c.Status = claimstore.StatusReleased
+		if p.LastError != "" {
+			c.LastError = claimstore.TruncateLastError(p.LastError)
+		}
 	})
 }
 
-// update applies change to key's claim if token holds it, as the DynamoDB
-// store's condition "token = mine AND status = IN_PROGRESS" does.
-func (s *Store) update(ctx context.Context, key string, token int64, op string, change func(*claimstore.Claim)) error {
+// update applies change to h's claim if h holds it, as the DynamoDB store's
+// condition "acq = mine AND status = IN_PROGRESS" does. A claim already in
+// state target with h's acquisition is h's own earlier write: success.
+func (s *Store) update(ctx context.Context, h claimstore.Holder, op string, target claimstore.Status, change func(*claimstore.Claim)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.claims[key]
-	if !ok || c.Token != token || c.Status != claimstore.StatusInProgress {
-		return fmt.Errorf("%s %q token %d: %w", op, key, token, claimstore.ErrLeaseLost)
+	c, ok := s.claims[h.Key]
+	switch {
+	case ok && c.Acq == h.Acq && c.Status == claimstore.StatusInProgress:
+	case ok && c.Acq == h.Acq && c.Status == target:
+		return nil
+	default:
+		return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, claimstore.ErrLeaseLost)
 	}
 	change(&c)
-	s.claims[key] = c
+	s.claims[h.Key] = c
 	return nil
 }
 
