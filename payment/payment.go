@@ -7,7 +7,10 @@
 //	2xx (charged or replayed)   -> result "ch_...": claim completed, message acked
 //	402 declined                -> result "declined: ...": a business outcome, completed
 //	422 key reused, 400 invalid -> permanent: dead-lettered with the reason
-//	5xx, 429, 409, timeouts     -> retryable (after the client's own retries): claim released
+//	409 key in flight there     -> retried no sooner than InFlightBackoff, same key
+//	5xx, 429, timeouts          -> the provider is down or the outcome unknown:
+//	401, 403, 404, other 4xx       a dependency failure, retried with the same key,
+//	                               never dead-lettered (the worker holds and backs off)
 package payment
 
 import (
@@ -16,7 +19,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
@@ -131,14 +136,23 @@ func (h Handler) Handle(ctx context.Context, m *worker.Message) (string, error) 
 	if !errors.As(err, &pe) {
 		return "", err // unknown outcome: retry with the same key
 	}
-	switch pe.Kind {
-	case provider.KindDeclined:
+	switch {
+	case pe.Kind == provider.KindDeclined:
 		return DeclinedPrefix + pe.Reason, nil
-	case provider.KindKeyMismatch:
+	case pe.Kind == provider.KindKeyMismatch:
 		return "", worker.Permanent("idempotency key reused with a different payment", err)
-	case provider.KindBadRequest:
+	case pe.Kind == provider.KindBadRequest:
 		return "", worker.Permanent("provider rejected the request", err)
+	case pe.StatusCode == http.StatusConflict:
+		// The key is in flight at the provider: our own earlier attempt.
+		return "", worker.RetryAfter(InFlightBackoff, err)
 	default:
-		return "", err
+		// Down, refusing our credentials, or the outcome unknown: not the
+		// payment's fault. Retried with the same key, never dead-lettered.
+		return "", worker.Dependency("provider", err)
 	}
 }
+
+// InFlightBackoff is the least wait before retrying a payment whose key the
+// provider says is still in flight (409).
+const InFlightBackoff = 5 * time.Second

@@ -397,8 +397,10 @@ func kindOf(status int) Kind {
 	case status == http.StatusRequestTimeout, status == http.StatusConflict,
 		status == http.StatusTooManyRequests, status >= 500:
 		return KindUnknown
-	default:
+	case status == http.StatusBadRequest:
 		return KindBadRequest
+	default:
+		return KindDependency
 	}
 }
 

@@ -262,9 +262,13 @@ func TestChargeStatusKinds(t *testing.T) {
 		attempts int
 	}{
 		{http.StatusBadRequest, provider.KindBadRequest, 1},
-		{http.StatusUnauthorized, provider.KindBadRequest, 1},
-		{http.StatusNotFound, provider.KindBadRequest, 1},
-		{http.StatusFound, provider.KindBadRequest, 1}, // a redirected charge is a misconfiguration
+		// The provider refusing us (credentials, URL) is not the payment's fault.
+		{http.StatusUnauthorized, provider.KindDependency, 1},
+		{http.StatusForbidden, provider.KindDependency, 1},
+		{http.StatusNotFound, provider.KindDependency, 1},
+		{http.StatusMethodNotAllowed, provider.KindDependency, 1},
+		{http.StatusTeapot, provider.KindDependency, 1},
+		{http.StatusFound, provider.KindDependency, 1}, // a redirected charge is a misconfiguration
 		{http.StatusPaymentRequired, provider.KindDeclined, 1},
 		{http.StatusUnprocessableEntity, provider.KindKeyMismatch, 1},
 		{http.StatusRequestTimeout, provider.KindUnknown, 2},

@@ -31,12 +31,12 @@ func TestClassify(t *testing.T) {
 		{"mismatch", 422, "", `{"error":{"type":"idempotency_key_mismatch","message":"m"}}`, "", KindKeyMismatch, "idempotency_key_mismatch", "m"},
 		{"in use", 409, "", `{"error":{"type":"idempotency_key_in_use","message":"busy"}}`, "", KindUnknown, "idempotency_key_in_use", "busy"},
 		{"bad request, HTML", 400, "", `<h1>Bad</h1>`, "", KindBadRequest, "", "Bad Request"},
-		{"unauthorized", 401, "", ``, "", KindBadRequest, "", "Unauthorized"},
+		{"unauthorized", 401, "", ``, "", KindDependency, "", "Unauthorized"},
 		{"request timeout", 408, "", ``, "", KindUnknown, "", "Request Timeout"},
 		{"rate limited", 429, "", ``, "", KindUnknown, "", "Too Many Requests"},
 		{"gateway", 504, "", `{"error":{"message":"line1\nline2\u0007"}}`, "", KindUnknown, "", "line1 line2 "},
 		{"odd status", 599, "", ``, "", KindUnknown, "", ""},
-		{"redirect", 307, "", ``, "", KindBadRequest, "", "Temporary Redirect"},
+		{"redirect", 307, "", ``, "", KindDependency, "", "Temporary Redirect"},
 	}
 	for _, tt := range tests {
 		ch, e := classify(tt.status, tt.replayed, []byte(tt.body))

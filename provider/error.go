@@ -21,10 +21,14 @@ const (
 	// KindKeyMismatch means the key was already used with a different
 	// payload (422): permanent.
 	KindKeyMismatch
-	// KindBadRequest means the request can never succeed (400, any other 4xx,
-	// an unexpected redirect, or a key or payment the client refused to
-	// send): permanent.
+	// KindBadRequest means the request can never succeed (400, or a key or
+	// payment the client refused to send): permanent.
 	KindBadRequest
+	// KindDependency means the provider refused us, not the payment (401,
+	// 403, 404, 405, another 4xx, an unexpected redirect): credentials or
+	// configuration are wrong, and nothing was charged. Not the message's
+	// fault: fix the setting and the same request will succeed.
+	KindDependency
 )
 
 // String returns the kind's name as used in logs and metrics.
@@ -38,6 +42,8 @@ func (k Kind) String() string {
 		return "key_mismatch"
 	case KindBadRequest:
 		return "bad_request"
+	case KindDependency:
+		return "dependency"
 	default:
 		return "Kind(" + strconv.Itoa(int(k)) + ")"
 	}
@@ -76,6 +82,8 @@ func (e *Error) Error() string {
 		b.WriteString("idempotency key reused with a different payment")
 	case KindBadRequest:
 		b.WriteString("bad charge request")
+	case KindDependency:
+		b.WriteString("provider refused the client (credentials or configuration)")
 	default:
 		b.WriteString(e.Kind.String())
 	}

@@ -50,10 +50,29 @@ type Config struct {
 	// in-flight messages; then their contexts are cancelled. Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// MinRetryBackoff is the delay before the first retry of a failed
-	// message; it doubles with each receive. Defaults to 1s.
+	// step, in process or through the queue. Defaults to 1s.
 	MinRetryBackoff time.Duration
-	// MaxRetryBackoff caps the retry delay. Defaults to 5m.
+	// MaxRetryBackoff caps the visibility delay of a message returned to
+	// the queue after a failure. Defaults to 12h less a second (SQS's cap).
 	MaxRetryBackoff time.Duration
+	// OutageCover is the dependency outage a message must survive before
+	// SQS's redrive policy could dead-letter it: the visibility delays after
+	// failed receives grow so that the receives left (the queue's
+	// maxReceiveCount, read at start) span at least this long. Defaults to 1h.
+	OutageCover time.Duration
+	// HoldFor is how long a message whose step failed retryably is held
+	// (visibility extended, claim kept) and retried in process before it is
+	// returned to the queue, spending a receive. Defaults to 15m.
+	HoldFor time.Duration
+	// MaxHoldBackoff caps the delay between in-process retries. Defaults to 10s.
+	MaxHoldBackoff time.Duration
+	// BreakerThreshold is how many dependency failures in a row, with no
+	// message completed between them, open the breaker: then pollers receive
+	// one probe message at a time until one completes. Defaults to 5.
+	BreakerThreshold int
+	// ProbeInterval is the pause between probe receives while the breaker
+	// is open. Defaults to 2s.
+	ProbeInterval time.Duration
 	// DeleteDelay is the longest an ack waits to be batched with others. The
 	// claim is completed before, so a crash meanwhile costs a duplicate
 	// delivery, not a second effect. Defaults to a twentieth of
@@ -89,7 +108,22 @@ func (c *Config) setDefaults() {
 		c.MinRetryBackoff = time.Second
 	}
 	if c.MaxRetryBackoff == 0 {
-		c.MaxRetryBackoff = 5 * time.Minute
+		c.MaxRetryBackoff = MaxVisibility - time.Second
+	}
+	if c.OutageCover == 0 {
+		c.OutageCover = time.Hour
+	}
+	if c.HoldFor == 0 {
+		c.HoldFor = 15 * time.Minute
+	}
+	if c.MaxHoldBackoff == 0 {
+		c.MaxHoldBackoff = 10 * time.Second
+	}
+	if c.BreakerThreshold == 0 {
+		c.BreakerThreshold = 5
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 2 * time.Second
 	}
 	if c.WaitTime == 0 {
 		c.WaitTime = 20 * time.Second
@@ -154,7 +188,8 @@ func (c *Config) validate() error {
 		"ShutdownTimeout": c.ShutdownTimeout, "MinRetryBackoff": c.MinRetryBackoff,
 		"MaxRetryBackoff": c.MaxRetryBackoff, "DeleteDelay": c.DeleteDelay,
 		"Retention": c.Retention, "LeaseMargin": c.LeaseMargin, "HeartbeatInterval": c.HeartbeatInterval,
-		"VisibilityTimeout": c.VisibilityTimeout,
+		"VisibilityTimeout": c.VisibilityTimeout, "OutageCover": c.OutageCover, "HoldFor": c.HoldFor,
+		"MaxHoldBackoff": c.MaxHoldBackoff, "ProbeInterval": c.ProbeInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
@@ -162,6 +197,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRetryBackoff < c.MinRetryBackoff {
 		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", c.MaxRetryBackoff, c.MinRetryBackoff))
+	}
+	if c.BreakerThreshold < 1 {
+		errs = append(errs, fmt.Errorf("BreakerThreshold %d: must be at least 1", c.BreakerThreshold))
 	}
 	if c.MaxRetryBackoff > MaxVisibility {
 		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not exceed SQS's 12h", c.MaxRetryBackoff))
@@ -195,11 +233,12 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
-// processor returns the per-message protocol with c's settings.
-func (c *Config) processor(log *slog.Logger) *processor {
+// processor returns the per-message protocol with c's settings for queue q.
+func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
 	return &processor{
 		store: c.Store, handler: c.Handler, decoder: c.Decoder, owner: c.Owner,
-		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxBackoff: c.MaxRetryBackoff,
+		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
+		schedule: newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
 		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
 	}
 }

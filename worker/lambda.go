@@ -43,9 +43,11 @@ type LambdaConfig struct {
 	// LeaseMargin is how long before the invocation's deadline the claims'
 	// leases end. Defaults to 2s.
 	LeaseMargin time.Duration
-	// MinRetryBackoff and MaxRetryBackoff bound the delay before a failed
-	// record is retried (when SQS is set). Default to 1s and 5m.
-	MinRetryBackoff, MaxRetryBackoff time.Duration
+	// MinRetryBackoff and MaxRetryBackoff bound the visibility delay before
+	// a failed record is retried (when SQS is set), and OutageCover sizes
+	// the delays from the queue's maxReceiveCount as for Worker. Default to
+	// 1s, 12h less a second, and 1h.
+	MinRetryBackoff, MaxRetryBackoff, OutageCover time.Duration
 	// Owner names this instance in claims. Defaults to host/pid/random.
 	Owner string
 	// Logger receives structured logs. Defaults to slog.Default().
@@ -75,11 +77,11 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	}
 	// The defaults the processor's settings share with Worker's Config.
 	shared := Config{
-		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff,
+		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
 	}
 	shared.setDefaults()
-	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff
+	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover
 	cfg.Owner, cfg.Logger, cfg.Metrics, cfg.Now = shared.Owner, shared.Logger, shared.Metrics, shared.Now
 	var errs []error
 	if cfg.Store == nil {
@@ -120,7 +122,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	}
 	l.cfg = cfg
 	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
-	l.proc = shared.processor(l.log)
+	l.proc = shared.processor(l.log, l.queue)
 	return l, nil
 }
 

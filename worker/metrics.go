@@ -35,6 +35,9 @@ type Metrics struct {
 	received      prometheus.Counter
 	heartbeats    prometheus.Counter
 	deleteBatches prometheus.Counter
+	retries       *prometheus.CounterVec
+	breakerOpen   *prometheus.GaugeVec
+	breakerOpens  prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -66,12 +69,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_delete_batches_total",
 			Help: "DeleteMessageBatch requests sent.",
 		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimfirst_retries_total",
+			Help: "Retries of a failed step (acquire, handle, complete) while the worker held the message, by dependency (\"\" for a handler's own failure).",
+		}, []string{"dependency"}),
+		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimfirst_breaker_open",
+			Help: "1 while the breaker is open because this dependency keeps failing: pollers receive one probe message at a time.",
+		}, []string{"dependency"}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_breaker_opens_total",
+			Help: "Times the breaker opened.",
+		}),
 	}
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
 	if reg != nil {
-		reg.MustRegister(m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches)
+		reg.MustRegister(m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
+			m.retries, m.breakerOpen, m.breakerOpens)
 	}
 	return m
 }

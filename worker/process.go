@@ -71,6 +71,30 @@ type lease struct {
 	// extend pushes the message's visibility and returns the new lease end
 	// to renew the claim to; nil disables heartbeats.
 	extend func(ctx context.Context) (time.Time, error)
+	// stop is closed when the worker stops receiving: a held message is
+	// returned to the queue then rather than retried in process. Nil (Lambda)
+	// or probe set: failures are never held, the message goes back at once.
+	stop <-chan struct{}
+	// probe marks the breaker's probe message: it must answer quickly
+	// whether the dependency is back, so it is not held.
+	probe bool
+	// holdUntil is how long the message may be held retrying in process.
+	holdUntil time.Time
+}
+
+// canHold reports whether a failure at now may be retried in process: the
+// message's visibility can be extended, the worker is not stopping, and the
+// hold has time left.
+func (l *lease) canHold(now time.Time) bool {
+	if l.extend == nil || l.stop == nil || l.probe || !now.Before(l.holdUntil) {
+		return false
+	}
+	select {
+	case <-l.stop:
+		return false
+	default:
+		return true
+	}
 }
 
 // processor is the per-message protocol shared by the long-polling worker and
@@ -82,9 +106,11 @@ type processor struct {
 	decoder    Decoder
 	owner      string
 	retention  time.Duration
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	schedule   schedule      // visibility delays after failed receives
+	minBackoff time.Duration // first in-process retry's delay
+	maxHold    time.Duration // longest delay between in-process retries
 	deferSlack time.Duration
+	breaker    *breaker // nil: none (Lambda)
 	metrics    *Metrics
 	log        *slog.Logger
 	now        func() time.Time
@@ -106,19 +132,15 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		log.Warn("lease ended before processing started; returning message")
 		return disposition{action: actRetry}
 	}
-	// The claim is worth nothing once the lease it would start has ended.
-	actx, cancel := context.WithDeadline(ctx, l.until)
-	acq, err := p.store.Acquire(actx, claimstore.AcquireParams{
-		Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
-	})
-	cancel()
+	acq, err := p.acquire(ctx, log, m, &l)
+	now = p.now()
 	switch {
 	case errors.Is(err, claimstore.ErrInvalidKey):
 		return p.poison(log, Permanent("invalid idempotency key", err))
 	case err != nil:
 		p.metrics.count(OutcomeStoreError)
-		log.Error("acquire failed", slog.Any("error", err))
-		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+		log.Error("acquire failed; the message will be retried", slog.Any("error", err))
+		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
 	}
 	switch acq.Outcome {
 	case claimstore.KeyReused:
@@ -139,7 +161,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 	default:
 		p.metrics.count(OutcomeStoreError)
 		log.Error("acquire returned an unknown outcome", slog.Any("outcome", acq.Outcome))
-		return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
 	}
 
 	m.Token, m.FirstAt = acq.Claim.Token, acq.Claim.FirstAt
@@ -154,11 +176,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		return disposition{action: actLeave}
 	}
 	if herr == nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-		err := p.store.Complete(cctx, claimstore.CompleteParams{
-			Holder: holder, Result: result, ExpiresAt: p.now().Add(p.retention),
-		})
-		cancel()
+		err := p.complete(ctx, log, holder, result, &l)
 		switch {
 		case errors.Is(err, claimstore.ErrLeaseLost):
 			p.metrics.count(OutcomeLeaseLost)
@@ -172,10 +190,12 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 			return disposition{action: actLeave}
 		}
 		p.metrics.count(OutcomeCompleted)
+		p.breaker.success()
 		log.Info("completed", slog.String("result", result))
 		return disposition{action: actAck}
 	}
 
+	delay := max(p.schedule.delay(m.ReceiveCount), retryAfterOf(herr))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	rerr := p.store.Release(rctx, claimstore.ReleaseParams{Holder: holder, LastError: herr.Error()})
 	cancel()
@@ -185,22 +205,141 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 			log.Warn("lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
 			return disposition{action: actLeave}
 		}
-		// The lease still ends with the visibility timeout: the retry waits for it.
+		// The claim stays in progress until its lease ends: a retry before
+		// then would find it held and be deferred, spending a receive.
 		p.metrics.count(OutcomeStoreError)
-		log.Error("release failed", slog.Any("error", rerr))
+		p.breaker.failure(storeDependency, rerr)
+		delay = max(delay, l.until.Sub(p.now())+p.deferSlack)
+		log.Error("release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
 	}
 	if IsPermanent(herr) {
 		return p.poison(log, herr)
 	}
 	var pe *panicError
-	if errors.As(herr, &pe) {
+	switch {
+	case errors.As(herr, &pe):
 		p.metrics.count(OutcomePanic)
 		log.Error("handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
-	} else {
+	default:
 		p.metrics.count(OutcomeReleased)
-		log.Warn("handler failed; claim released, message will be retried", slog.Any("error", herr))
+		log.Warn("handler failed; claim released, message will be retried", slog.Any("error", herr),
+			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
 	}
-	return disposition{action: actRetry, delay: p.backoff(m.ReceiveCount)}
+	return disposition{action: actRetry, delay: delay}
+}
+
+// storeDependency names the claim store in breaker metrics and logs.
+const storeDependency = "claimstore"
+
+// acquire claims m's key, retrying a failing store in process while the
+// message can be held (its visibility extended meanwhile).
+func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (claimstore.Acquisition, error) {
+	for try := 0; ; try++ {
+		now := p.now()
+		// The claim is worth nothing once the lease it would start has ended.
+		actx, cancel := context.WithDeadline(ctx, l.until)
+		acq, err := p.store.Acquire(actx, claimstore.AcquireParams{
+			Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
+		})
+		cancel()
+		if err == nil || errors.Is(err, claimstore.ErrInvalidKey) || errors.Is(err, claimstore.ErrInvalidParams) {
+			return acq, err
+		}
+		p.breaker.failure(storeDependency, err)
+		if !p.hold(ctx, log, l, try, storeDependency, err) {
+			return acq, err
+		}
+	}
+}
+
+// complete completes the claim, retrying a failing store in process while
+// the message can be held: the work is done, and a redelivery would only
+// find the claim in progress and wait for its lease.
+func (p *processor) complete(ctx context.Context, log *slog.Logger, h claimstore.Holder, result string, l *lease) error {
+	for try := 0; ; try++ {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		err := p.store.Complete(cctx, claimstore.CompleteParams{Holder: h, Result: result, ExpiresAt: p.now().Add(p.retention)})
+		cancel()
+		if err == nil || errors.Is(err, claimstore.ErrLeaseLost) {
+			return err
+		}
+		p.breaker.failure(storeDependency, err)
+		if !p.hold(context.WithoutCancel(ctx), log, l, try, storeDependency, err) {
+			return err
+		}
+	}
+}
+
+// hold waits before the try+1-th in-process retry of a failed step while
+// keeping the message invisible, and reports whether to retry: false when
+// the message cannot be held (Lambda, a probe, stopping, the hold used up)
+// or its visibility could not be extended.
+func (p *processor) hold(ctx context.Context, log *slog.Logger, l *lease, try int, dependency string, err error) bool {
+	if !l.canHold(p.now()) {
+		return false
+	}
+	wait := p.holdDelay(try)
+	p.metrics.retries.WithLabelValues(dependency).Inc()
+	log.Warn("step failed; holding the message and retrying in process", slog.String("dependency", dependency),
+		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+	end := p.now().Add(wait)
+	for p.now().Before(end) {
+		// Extend a heartbeat's interval before the lease would end.
+		extendAt := l.until.Add(-l.interval)
+		next := end
+		if extendAt.Before(next) {
+			next = extendAt
+		}
+		if !p.sleep(ctx, l.stop, next.Sub(p.now())) {
+			return false
+		}
+		if p.now().Before(extendAt) {
+			continue
+		}
+		ectx, cancel := context.WithDeadline(ctx, l.until)
+		until, xerr := l.extend(ectx)
+		cancel()
+		if xerr != nil || until.IsZero() {
+			log.Warn("could not extend a held message's visibility; returning it", slog.Any("error", xerr))
+			return false
+		}
+		l.until = until
+	}
+	return true
+}
+
+// sleep waits d, and reports false if ctx ended or stop closed first.
+func (p *processor) sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	}
+}
+
+// holdDelay is the wait before the try+1-th in-process retry: doubling from
+// minBackoff up to maxHold, with equal jitter.
+func (p *processor) holdDelay(try int) time.Duration {
+	d := p.minBackoff
+	for range try {
+		if d >= p.maxHold {
+			break
+		}
+		d *= 2
+	}
+	d = min(d, p.maxHold)
+	if half := d / 2; half > 0 {
+		return half + rand.N(half+1)
+	}
+	return d
 }
 
 // handle runs the handler with heartbeats. lost reports that the lease was
@@ -243,12 +382,36 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, h 
 		defer func() { close(done); <-beat }()
 	}
 
-	p.metrics.inFlight.Inc()
-	start := time.Now()
-	result, err = p.call(hctx, m)
-	p.metrics.handlerTime.Observe(time.Since(start).Seconds())
-	p.metrics.inFlight.Dec()
-	return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
+	for try := 0; ; try++ {
+		p.metrics.inFlight.Inc()
+		start := time.Now()
+		result, err = p.call(hctx, m)
+		p.metrics.handlerTime.Observe(time.Since(start).Seconds())
+		p.metrics.inFlight.Dec()
+		if err == nil || !p.holdHandler(hctx, log, &l, try, err) {
+			return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
+		}
+	}
+}
+
+// holdHandler decides whether a handler's failure is retried in process,
+// with the claim held and heartbeating, instead of spending a receive; if
+// so it waits before the retry. Permanent failures, panics, a lost lease,
+// and messages that cannot be held are not.
+func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease, try int, err error) bool {
+	dep := dependencyOf(err)
+	if dep != "" {
+		p.breaker.failure(dep, err)
+	}
+	var pe *panicError
+	if IsPermanent(err) || errors.As(err, &pe) || ctx.Err() != nil || !l.canHold(p.now()) {
+		return false
+	}
+	wait := max(p.holdDelay(try), retryAfterOf(err))
+	p.metrics.retries.WithLabelValues(dep).Inc()
+	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
+		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+	return p.sleep(ctx, l.stop, wait)
 }
 
 // heartbeat extends visibility and renews the claim, first at next and then
@@ -360,20 +523,4 @@ func (p *processor) poison(log *slog.Logger, err error) disposition {
 	r := reason(err)
 	log.Warn("poison message: dead-lettering", slog.String("reason", r))
 	return disposition{action: actDeadLetter, reason: r}
-}
-
-// backoff is the delay before a retry: it doubles with each receive, with
-// jitter, between minBackoff and maxBackoff.
-func (p *processor) backoff(receiveCount int) time.Duration {
-	d := p.minBackoff
-	for i := 1; i < receiveCount && d < p.maxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.maxBackoff)
-	// Equal jitter: half fixed, half random, so retries of a burst spread out.
-	half := d / 2
-	if half <= 0 {
-		return d
-	}
-	return half + rand.N(half+1)
 }

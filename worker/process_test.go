@@ -33,7 +33,8 @@ func newFixture(h Handler) *fixture {
 	f.store = memory.New(memory.Config{Now: clock})
 	f.p = &processor{
 		store: f.store, handler: h, decoder: KeyFromMessageID, owner: "test",
-		retention: 24 * time.Hour, minBackoff: time.Second, maxBackoff: time.Minute,
+		retention: 24 * time.Hour, minBackoff: time.Second, maxHold: 10 * time.Second,
+		schedule: newSchedule(time.Second, time.Minute, time.Hour, 0),
 		deferSlack: time.Second, metrics: f.metrics, now: clock,
 		log: slog.New(slog.DiscardHandler),
 	}
@@ -329,16 +330,46 @@ func (failRenew) Renew(context.Context, claimstore.RenewParams) error {
 	return errors.New("store unreachable")
 }
 
-func TestBackoffGrowsWithReceives(t *testing.T) {
+// TestScheduleCoversTheOutage: the visibility delays after failed receives
+// add up to at least the outage cover over the receives the redrive policy
+// leaves, growing from the first delay, for the maxReceiveCounts users pick.
+func TestScheduleCoversTheOutage(t *testing.T) {
 	t.Parallel()
-	p := &processor{minBackoff: time.Second, maxBackoff: time.Minute}
-	for rc, hi := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 20: time.Minute} {
-		for range 50 {
-			d := p.backoff(rc)
-			if d < hi/2 || d > hi {
-				t.Fatalf("backoff(%d) = %s, want in [%s, %s]", rc, d, hi/2, hi)
-			}
+	for _, maxReceive := range []int{2, 3, 5, 10, 100} {
+		s := newSchedule(time.Second, MaxVisibility-time.Second, time.Hour, maxReceive)
+		if len(s.delays) != maxReceive-1 {
+			t.Fatalf("maxReceive %d: %d delays, want %d", maxReceive, len(s.delays), maxReceive-1)
 		}
+		var total time.Duration
+		for r := 1; r < maxReceive; r++ {
+			lo := s.delays[r-1]
+			for range 20 {
+				if d := s.delay(r); d < lo || d > lo+lo/4 {
+					t.Fatalf("maxReceive %d: delay(%d) = %s, want in [%s, %s]", maxReceive, r, d, lo, lo+lo/4)
+				}
+			}
+			if r > 1 && lo < s.delays[r-2] {
+				t.Errorf("maxReceive %d: delays shrink: %v", maxReceive, s.delays)
+			}
+			total += lo
+		}
+		if total < time.Hour || s.covers != total {
+			t.Errorf("maxReceive %d: delays %v add up to %s (covers %s), want at least 1h", maxReceive, s.delays, total, s.covers)
+		}
+		if s.delays[0] != time.Second && maxReceive > 2 {
+			t.Errorf("maxReceive %d: first delay %s, want 1s", maxReceive, s.delays[0])
+		}
+		t.Logf("maxReceiveCount %d: %v", maxReceive, s.delays)
+	}
+	// Capped delays cannot cover: the schedule says how much they do.
+	s := newSchedule(time.Second, time.Minute, time.Hour, 5)
+	if s.covers != 4*time.Minute || s.delays[0] != time.Minute {
+		t.Errorf("capped schedule %v covers %s, want 4 x 1m", s.delays, s.covers)
+	}
+	// No redrive policy: doubling up to the cap.
+	s = newSchedule(time.Second, time.Minute, time.Hour, 0)
+	if s.delays[0] != time.Second || s.delays[len(s.delays)-1] != time.Minute {
+		t.Errorf("no-DLQ schedule %v, want doubling from 1s to 1m", s.delays)
 	}
 }
 
@@ -458,5 +489,129 @@ func TestPanickingDecoderIsPoison(t *testing.T) {
 	d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, f.lease())
 	if d.action != actDeadLetter || !strings.Contains(d.reason, "decoder panicked: bad input") {
 		t.Fatalf("%+v, want dead-letter with the panic as the reason", d)
+	}
+}
+
+// holdingLease is a container-mode lease that may be held: visibility
+// extensions succeed and the worker is not stopping.
+func holdingLease(stop chan struct{}) lease {
+	now := time.Now()
+	return lease{
+		until: now.Add(30 * time.Second), interval: 10 * time.Second, renewAt: now.Add(10 * time.Second),
+		extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		stop:      stop,
+		holdUntil: now.Add(time.Minute),
+	}
+}
+
+// flakyAcquire fails its first n Acquire calls, as a store in an outage.
+type flakyAcquire struct {
+	claimstore.Store
+	n atomic.Int32
+}
+
+func (s *flakyAcquire) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	if s.n.Add(-1) >= 0 {
+		return claimstore.Acquisition{}, errors.New("dynamodb: 500 internal server error")
+	}
+	return s.Store.Acquire(ctx, p)
+}
+
+// TestHoldRetriesInProcess: a dependency failing for a while (the provider,
+// then the claim store) is waited out in process, holding the message: it
+// completes on the same receive, and nothing goes back to the queue.
+func TestHoldRetriesInProcess(t *testing.T) {
+	t.Parallel()
+	t.Run("handler", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int32
+		f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+			if calls.Add(1) <= 2 {
+				return "", Dependency("provider", errors.New("HTTP 503"))
+			}
+			return "ch_1", nil
+		}))
+		f.p.now, f.p.minBackoff, f.p.maxHold = time.Now, 10*time.Millisecond, 20*time.Millisecond
+		f.p.store = memory.New(memory.Config{})
+		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
+		if d.action != actAck || calls.Load() != 3 {
+			t.Fatalf("%+v after %d calls, want ack after 3", d, calls.Load())
+		}
+		if got := counterValue(f.metrics.retries.WithLabelValues("provider")); got != 2 {
+			t.Errorf("retries{provider} = %v, want 2", got)
+		}
+	})
+	t.Run("acquire", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(ok("ch_1"))
+		f.p.now, f.p.minBackoff, f.p.maxHold = time.Now, 10*time.Millisecond, 20*time.Millisecond
+		fs := &flakyAcquire{Store: memory.New(memory.Config{})}
+		fs.n.Store(3)
+		f.p.store = fs
+		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
+		if d.action != actAck || f.metrics.Count(OutcomeCompleted) != 1 {
+			t.Fatalf("%+v, want ack after the store came back", d)
+		}
+	})
+	t.Run("not held when stopping", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+			return "", Dependency("provider", errors.New("HTTP 503"))
+		}))
+		f.p.now = time.Now
+		f.p.store = memory.New(memory.Config{})
+		stop := make(chan struct{})
+		close(stop)
+		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(stop))
+		if d.action != actRetry || f.metrics.Count(OutcomeReleased) != 1 {
+			t.Fatalf("%+v, want a release and a retry through the queue", d)
+		}
+	})
+}
+
+// TestDependencyFailuresAreNeverPoison: whatever the provider refuses for
+// (credentials, an outage), the message is retried, never dead-lettered.
+func TestDependencyFailuresAreNeverPoison(t *testing.T) {
+	t.Parallel()
+	f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+		return "", Dependency("provider", errors.New("HTTP 401 unauthorized"))
+	}))
+	for rc := 1; rc <= 10; rc++ {
+		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: rc}, f.lease())
+		if d.action != actRetry {
+			t.Fatalf("receive %d: %+v, want retry", rc, d)
+		}
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(nil)
+	b := newBreaker(3, m, slog.New(slog.DiscardHandler))
+	for i := range 2 {
+		b.failure("provider", errors.New("503"))
+		if open, _, _ := b.state(); open {
+			t.Fatalf("open after %d failures, want closed until 3", i+1)
+		}
+	}
+	b.success() // a completion between failures resets the count
+	for range 3 {
+		b.failure("provider", errors.New("503"))
+	}
+	open, dep, reason := b.state()
+	if !open || dep != "provider" || reason != "503" {
+		t.Fatalf("state = %v %q %q, want open for provider: 503", open, dep, reason)
+	}
+	if counterValue(m.breakerOpens) != 1 || gaugeValue(m.breakerOpen.WithLabelValues("provider")) != 1 {
+		t.Errorf("opens %v gauge %v, want 1 and 1", counterValue(m.breakerOpens), gaugeValue(m.breakerOpen.WithLabelValues("provider")))
+	}
+	b.success()
+	if open, _, _ := b.state(); open || gaugeValue(m.breakerOpen.WithLabelValues("provider")) != 0 {
+		t.Error("a success did not close the breaker")
+	}
+	var none *breaker
+	none.failure("x", errors.New("y")) // Lambda has none: a no-op
+	if open, _, _ := none.state(); open {
+		t.Error("a nil breaker is open")
 	}
 }

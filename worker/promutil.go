@@ -12,3 +12,11 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.Counter.GetValue()
 }
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetGauge().GetValue()
+}

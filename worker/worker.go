@@ -24,6 +24,8 @@ type Worker struct {
 	proc  *processor
 	log   *slog.Logger
 	ready chan struct{}
+	stop  chan struct{} // closed when Run's context ends: held messages go back
+	probe chan struct{} // a token per probe in flight while the breaker is open
 }
 
 // New checks cfg, reads the queue's attributes (visibility timeout,
@@ -56,13 +58,32 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
+	proc := cfg.processor(log, q)
+	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log)
+	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
+		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
+			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
+			slog.Duration("outage_cover", cfg.OutageCover))
+	}
 	return &Worker{
 		cfg:   cfg,
 		queue: q,
 		log:   log,
 		ready: make(chan struct{}),
-		proc:  cfg.processor(log),
+		stop:  make(chan struct{}),
+		probe: make(chan struct{}, 1),
+		proc:  proc,
 	}, nil
+}
+
+// Health returns nil while the worker receives normally, and an error
+// naming the dependency and its last failure while the breaker is open
+// (pollers then receive one probe message at a time). /readyz reports it.
+func (w *Worker) Health() error {
+	if open, dep, reason := w.proc.breaker.state(); open {
+		return fmt.Errorf("breaker open: %s keeps failing: %s", dep, reason)
+	}
+	return nil
 }
 
 // Queue returns what the worker read about its queue.
@@ -105,6 +126,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
+	close(w.stop)
 	pollers.Wait()
 	w.log.Info("stopping: waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 	drained := make(chan struct{})
@@ -158,10 +180,30 @@ func (p *pool) give(n int) {
 }
 
 // poll receives batches while ctx lives, never more messages than there are
-// free handlers, so memory stays flat however deep the backlog.
+// free handlers, so memory stays flat however deep the backlog. While the
+// breaker is open it receives one probe message at a time instead.
 func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *sync.WaitGroup, del *deleter) {
 	for {
-		if !p.take(ctx, batch) {
+		n, probe := batch, false
+		if open, _, _ := w.proc.breaker.state(); open {
+			select {
+			case w.probe <- struct{}{}:
+				n, probe = 1, true
+			default:
+				sleepCtx(ctx, 100*time.Millisecond)
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+		}
+		endProbe := func() {
+			if probe {
+				<-w.probe
+			}
+		}
+		if !p.take(ctx, n) {
+			endProbe()
 			return
 		}
 		// The receive is not cancelled by shutdown: a long poll cut off may
@@ -171,7 +213,7 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+ResponseHeaderTimeout)
 		out, err := w.cfg.SQS.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(w.cfg.QueueURL),
-			MaxNumberOfMessages:         int32(batch),
+			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
 			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
@@ -183,8 +225,10 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			msgs = out.Messages
 		}
 		if err != nil && ctx.Err() == nil {
+			w.proc.breaker.failure("sqs", err)
 			w.log.Error("receive failed", slog.Any("error", err))
-			p.give(batch)
+			p.give(n)
+			endProbe()
 			sleepCtx(ctx, time.Second)
 			continue
 		}
@@ -193,18 +237,28 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 		// the answer's way back.
 		received := w.cfg.Now()
 		w.cfg.Metrics.received.Add(float64(len(msgs)))
-		p.give(batch - len(msgs))
+		p.give(n - len(msgs))
+		if len(msgs) == 0 {
+			endProbe()
+		}
 		for i := range msgs {
 			d := w.delivery(&msgs[i], received)
+			d.probe = probe
 			if ctx.Err() != nil {
 				// Stopping: what the last poll brought is given back unstarted.
 				w.returnUnstarted(d)
 				p.give(1)
+				endProbe()
 				continue
 			}
 			handlers.Go(func() {
 				defer p.give(1)
 				w.handle(hctx, d, del)
+				if d.probe {
+					// One probe at a time, and not faster than ProbeInterval.
+					sleepCtx(ctx, w.cfg.ProbeInterval)
+					<-w.probe
+				}
 			})
 		}
 		if ctx.Err() != nil {
@@ -219,6 +273,7 @@ type sqsDelivery struct {
 	body       *string
 	attrs      map[string]types.MessageAttributeValue
 	receivedAt time.Time
+	probe      bool // received while the breaker was open
 }
 
 func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
@@ -238,10 +293,13 @@ func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
 	vis := w.cfg.VisibilityTimeout
 	capAt := d.receivedAt.Add(MaxVisibility)
 	l := lease{
-		until:    d.receivedAt.Add(vis - w.cfg.LeaseMargin),
-		deadline: capAt.Add(-w.cfg.LeaseMargin),
-		interval: w.cfg.HeartbeatInterval,
-		renewAt:  d.receivedAt.Add(w.cfg.HeartbeatInterval),
+		until:     d.receivedAt.Add(vis - w.cfg.LeaseMargin),
+		deadline:  capAt.Add(-w.cfg.LeaseMargin),
+		interval:  w.cfg.HeartbeatInterval,
+		renewAt:   d.receivedAt.Add(w.cfg.HeartbeatInterval),
+		stop:      w.stop,
+		probe:     d.probe,
+		holdUntil: d.receivedAt.Add(w.cfg.HoldFor),
 		extend: func(ctx context.Context) (time.Time, error) {
 			now := w.cfg.Now()
 			next := min(vis, capAt.Sub(now).Truncate(time.Second))
