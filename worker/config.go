@@ -238,7 +238,7 @@ func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
 	return &processor{
 		store: c.Store, handler: c.Handler, decoder: c.Decoder, owner: c.Owner,
 		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
-		schedule: newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
+		schedule:   newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
 		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
 	}
 }

@@ -34,7 +34,7 @@ func newFixture(h Handler) *fixture {
 	f.p = &processor{
 		store: f.store, handler: h, decoder: KeyFromMessageID, owner: "test",
 		retention: 24 * time.Hour, minBackoff: time.Second, maxHold: 10 * time.Second,
-		schedule: newSchedule(time.Second, time.Minute, time.Hour, 0),
+		schedule:   newSchedule(time.Second, time.Minute, time.Hour, 0),
 		deferSlack: time.Second, metrics: f.metrics, now: clock,
 		log: slog.New(slog.DiscardHandler),
 	}
