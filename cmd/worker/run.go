@@ -134,6 +134,10 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM waits for in-flight messages")
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
 	owner := s.String("owner", "WORKER_OWNER", "", "name of this instance in claims (default: host/pid/random)")
+	outageCover := s.Duration("outage-cover", "OUTAGE_COVER", 0, "dependency outage a message's receives must outlast before SQS may dead-letter it (default 1h)")
+	holdFor := s.Duration("hold-for", "HOLD_FOR", 0, "how long a message is held, heartbeating, and retried in process before its receive is spent (default 15m)")
+	breakerThreshold := s.Int("breaker-threshold", "BREAKER_THRESHOLD", 0, "dependency failures in a row that stop receiving (default 5)")
+	probeInterval := s.Duration("probe-interval", "BREAKER_PROBE_INTERVAL", 0, "pause between probe receives while the breaker is open (default 2s)")
 	a := defineApp(s)
 	if err := s.Parse(args); err != nil {
 		return err
@@ -149,6 +153,17 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	}
 	if *shutdown <= 0 {
 		return usagef("SHUTDOWN_TIMEOUT (-shutdown-timeout) %s: must be positive", *shutdown)
+	}
+	for _, d := range []struct {
+		v    time.Duration
+		name string
+	}{{*outageCover, "OUTAGE_COVER (-outage-cover)"}, {*holdFor, "HOLD_FOR (-hold-for)"}, {*probeInterval, "BREAKER_PROBE_INTERVAL (-probe-interval)"}} {
+		if d.v < 0 {
+			return usagef("%s %s: must not be negative", d.name, d.v)
+		}
+	}
+	if *breakerThreshold < 0 {
+		return usagef("BREAKER_THRESHOLD (-breaker-threshold) %d: must not be negative", *breakerThreshold)
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {
@@ -166,6 +181,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
 		Owner: *owner, Logger: ap.log, Metrics: metrics,
+		OutageCover: *outageCover, HoldFor: *holdFor, BreakerThreshold: *breakerThreshold, ProbeInterval: *probeInterval,
 	})
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
@@ -176,7 +192,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 
 	var stopping atomic.Bool
 	if *metricsAddr != "" {
-		srv, err := serveMetrics(*metricsAddr, reg, w.Ready(), &stopping, ap.log)
+		srv, err := serveMetrics(*metricsAddr, reg, w, &stopping, ap.log)
 		if err != nil {
 			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
 		}
@@ -194,8 +210,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 }
 
 // serveMetrics serves /metrics, /healthz (the process is up) and /readyz
-// (polling and not stopping).
-func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, stopping *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// (polling, not stopping, and no dependency breaker open).
+func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, stopping *atomic.Bool, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -205,16 +221,22 @@ func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		select {
-		case <-ready:
-			if !stopping.Load() {
-				fmt.Fprintln(w, "ready")
-				return
-			}
+		case <-w.Ready():
 		default:
+			http.Error(rw, "not ready: starting", http.StatusServiceUnavailable)
+			return
 		}
-		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if stopping.Load() {
+			http.Error(rw, "not ready: stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if err := w.Health(); err != nil {
+			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ready")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
