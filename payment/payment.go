@@ -36,7 +36,9 @@ const (
 	// new message for the same payment) is deduplicated too. The default.
 	KeyPaymentID KeySource = "payment_id"
 	// KeyMessageID keys a message by its SQS message id: only redeliveries
-	// of one message are deduplicated.
+	// of one message are deduplicated. A message the worker dead-lettered
+	// and that was redriven keeps the id it first arrived with (see
+	// worker.OriginalIDAttribute).
 	KeyMessageID KeySource = "message_id"
 	// KeyAttributePrefix, followed by a name, keys a message by that message
 	// attribute: "attribute:Idempotency-Key".
@@ -77,7 +79,7 @@ func (d Decoder) Decode(m *worker.Message) error {
 	case src == "" || src == KeyPaymentID:
 		m.Key = p.PaymentID
 	case src == KeyMessageID:
-		m.Key = m.ID
+		m.Key = m.OriginalID()
 	case strings.HasPrefix(string(src), KeyAttributePrefix):
 		name := strings.TrimPrefix(string(src), KeyAttributePrefix)
 		v, ok := m.Attributes[name]

@@ -39,6 +39,16 @@ type Message struct {
 	FirstAt time.Time
 }
 
+// OriginalID returns the id the message first arrived with: the
+// OriginalIDAttribute of a message the worker dead-lettered and that was
+// redriven since, else its SQS message id.
+func (m *Message) OriginalID() string {
+	if v := m.Attributes[OriginalIDAttribute]; v != "" {
+		return v
+	}
+	return m.ID
+}
+
 // Handler does a message's work while the worker holds its claim. It is
 // called at most once at a time per key across all workers sharing the claim
 // table, and its context ends when the lease is lost, at shutdown's deadline,

@@ -178,8 +178,11 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 	case actAck:
 		return true
 	case actDeadLetter:
-		return sendToDeadLetter(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, aws.String(r.Body),
-			lambdaAttributes(r.MessageAttributes), disp.reason, l.cfg.Metrics, log)
+		dl := deadLetter{
+			body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,
+			firstRecv: r.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], reason: disp.reason,
+		}
+		return dl.send(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, l.cfg.Metrics, log)
 	case actRetry, actDefer:
 		if l.cfg.SQS != nil && l.cfg.QueueURL != "" {
 			if err := changeVisibility(context.WithoutCancel(ctx), l.cfg.SQS, l.cfg.QueueURL, r.ReceiptHandle, disp.delay); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,9 +14,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// ReasonAttribute is the message attribute that carries a dead-lettered
-// message's reason.
-const ReasonAttribute = "DeadLetterReason"
+// The message attributes the worker adds to a message it dead-letters.
+const (
+	// ReasonAttribute carries the reason the message was dead-lettered.
+	ReasonAttribute = "DeadLetterReason"
+	// OriginalIDAttribute carries the SQS message id of the message as it
+	// first arrived. SQS gives a moved or redriven message a new id; a key
+	// taken from the message id uses this one when present, so a redriven
+	// message keeps its key. Kept, not overwritten, when a redriven message
+	// is dead-lettered again.
+	OriginalIDAttribute = "OriginalMessageId"
+	// FirstReceivedAttribute carries when the message was first received
+	// (RFC 3339, from SQS's ApproximateFirstReceiveTimestamp), kept like
+	// OriginalIDAttribute.
+	FirstReceivedAttribute = "FirstReceivedAt"
+)
 
 // Worker is the long-polling SQS consumer.
 type Worker struct {
@@ -216,7 +229,7 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
 			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+			MessageSystemAttributeNames: receiveSystemAttributes,
 			MessageAttributeNames:       []string{"All"},
 		})
 		cancel()
@@ -267,11 +280,18 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 	}
 }
 
+// receiveSystemAttributes are the system attributes every receive asks for.
+var receiveSystemAttributes = []types.MessageSystemAttributeName{
+	types.MessageSystemAttributeNameApproximateReceiveCount,
+	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+}
+
 type sqsDelivery struct {
 	msg        Message
 	receipt    string
 	body       *string
 	attrs      map[string]types.MessageAttributeValue
+	firstRecv  string // SQS's ApproximateFirstReceiveTimestamp, epoch ms
 	receivedAt time.Time
 	probe      bool // received while the breaker was open
 }
@@ -284,6 +304,7 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 			Attributes: messageAttributes(m.MessageAttributes), ReceiveCount: max(rc, 1),
 		},
 		receipt: aws.ToString(m.ReceiptHandle), body: m.Body, attrs: m.MessageAttributes,
+		firstRecv:  m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)],
 		receivedAt: receivedAt,
 	}
 }
@@ -340,7 +361,8 @@ func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Lo
 // deletes it from the source; without a dead-letter queue it is left for
 // SQS's own redrive (or retention) and logged.
 func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) {
-	if sendToDeadLetter(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, d.body, d.attrs, reason, w.cfg.Metrics, log) {
+	dl := deadLetter{body: d.body, attrs: d.attrs, messageID: d.msg.ID, firstRecv: d.firstRecv, reason: reason}
+	if dl.send(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, w.cfg.Metrics, log) {
 		del.add(d.receipt)
 	}
 }
@@ -354,26 +376,64 @@ func changeVisibility(ctx context.Context, api SQSAPI, queueURL, receipt string,
 	return err
 }
 
-// sendToDeadLetter copies a poison message to the dead-letter queue with its
-// reason attached and reports whether the source copy may be deleted. With
-// no dead-letter queue it logs and keeps the message.
-func sendToDeadLetter(ctx context.Context, api SQSAPI, dlqURL string, body *string, in map[string]types.MessageAttributeValue,
-	reason string, metrics *Metrics, log *slog.Logger,
-) bool {
+// deadLetter is a message on its way to the dead-letter queue.
+type deadLetter struct {
+	body      *string
+	attrs     map[string]types.MessageAttributeValue
+	messageID string
+	firstRecv string // epoch milliseconds, as SQS gives it; may be empty
+	reason    string
+}
+
+// maxMessageAttributes is SQS's limit per message.
+const maxMessageAttributes = 10
+
+// attributes returns the message's attributes with the reason, the
+// original message id and the first receipt time added (the latter two kept
+// when already there), within SQS's limit of ten: the message's own
+// attributes are dropped in name order when they do not fit.
+func (dl *deadLetter) attributes() map[string]types.MessageAttributeValue {
+	str := func(v string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	added := map[string]types.MessageAttributeValue{ReasonAttribute: str(truncate(dl.reason, 1024))}
+	if v, ok := dl.attrs[OriginalIDAttribute]; ok {
+		added[OriginalIDAttribute] = v
+	} else if dl.messageID != "" {
+		added[OriginalIDAttribute] = str(dl.messageID)
+	}
+	if v, ok := dl.attrs[FirstReceivedAttribute]; ok {
+		added[FirstReceivedAttribute] = v
+	} else if ms, err := strconv.ParseInt(dl.firstRecv, 10, 64); err == nil && ms > 0 {
+		added[FirstReceivedAttribute] = str(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano))
+	}
+	names := make([]string, 0, len(dl.attrs))
+	for k := range dl.attrs {
+		if _, ok := added[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	out := added
+	for _, k := range names {
+		if len(out) == maxMessageAttributes {
+			break
+		}
+		out[k] = dl.attrs[k]
+	}
+	return out
+}
+
+// send copies the message to the dead-letter queue with its reason
+// attached and reports whether the source copy may be deleted. With no
+// dead-letter queue it logs and keeps the message.
+func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metrics *Metrics, log *slog.Logger) bool {
 	if dlqURL == "" {
 		metrics.count(OutcomePoisonKept)
-		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", reason))
+		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
 		return false
 	}
-	attrs := make(map[string]types.MessageAttributeValue, len(in)+1)
-	for k, v := range in {
-		attrs[k] = v
-	}
-	attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(truncate(reason, 1024))}
-	if len(attrs) > 10 { // SQS allows ten message attributes
-		attrs = map[string]types.MessageAttributeValue{ReasonAttribute: attrs[ReasonAttribute]}
-	}
-	_, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: body, MessageAttributes: attrs})
+	_, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: dl.attributes()})
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
 		metrics.count(OutcomeSendFailed)
