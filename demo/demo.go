@@ -70,6 +70,8 @@ type Options struct {
 	Progress io.Writer
 
 	progress       *progress     // set by Run
+	progressAfter  time.Duration // the first progress line; set by defaults
+	progressEvery  time.Duration // the next ones; set by defaults
 	runID          string        // namespaces the rows' keys; set by defaults
 	attemptTimeout time.Duration // experiment 4's client timeout; set by defaults
 }
@@ -83,6 +85,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.NewStore == nil {
 		o.NewStore = MemoryStores()
+	}
+	if o.progressAfter == 0 {
+		o.progressAfter = progressAfter
+	}
+	if o.progressEvery == 0 {
+		o.progressEvery = progressEvery
 	}
 	if o.attemptTimeout == 0 {
 		o.attemptTimeout = attemptTimeout
@@ -130,7 +138,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 	if opts.Progress != nil {
 		opts.progress = newProgress(opts.Progress)
-		stop := opts.progress.start(progressAfter, progressEvery)
+		stop := opts.progress.start(opts.progressAfter, opts.progressEvery)
 		defer stop()
 	}
 	type experiment struct {

@@ -27,10 +27,12 @@ const (
 // caller cannot tell whether it charged.
 var errAnswerLost = errors.New("the provider's answer was lost: outcome unknown")
 
-// forgetfulProvider is experiment 8's payment provider, in process and on
-// the experiment's clock: it honours idempotency keys for lifetime after a
-// key's first use and then forgets them, while the charges stay listed for a
-// lookup by payment id, as the fake provider's --key-lifetime does.
+// forgetfulProvider is the payment provider of experiments 6 and 8, in
+// process and on the experiment's clock: it honours idempotency keys for
+// lifetime after a key's first use and then forgets them, while the charges
+// stay listed for a lookup by payment id, as the fake provider's
+// --key-lifetime does. A lifetime of zero remembers no key: every call
+// charges, as a provider that ignores keys does.
 type forgetfulProvider struct {
 	now      func() time.Time
 	lifetime time.Duration
@@ -172,7 +174,7 @@ func Forget(ctx context.Context, opts Options) (ForgetResult, error) {
 		lose := func(paymentID string) bool { return unanswered[paymentID] }
 		prov.lose.Store(&lose)
 		b := &broker{workers: opts.Workers, clock: c, progress: opts.progress}
-		h := forgetHandler(store, prov, c, lookUp)
+		h := keyedHandler(store, prov, c, retention, lookUp, new(atomic.Int64))
 		opts.progress.row(label, len(msgs))
 		bs, err := b.run(ctx, msgs, h)
 		if err != nil {
@@ -209,17 +211,19 @@ func mayBeForgotten(firstAt, now time.Time, lifetime, margin time.Duration) bool
 	return firstAt.IsZero() || now.Sub(firstAt) > lifetime-margin
 }
 
-// forgetHandler is experiment 8's claim-first handler: it charges with the
-// payment id as the key, releases the claim when the outcome is unknown, and
-// completes it with the charge id. With lookUp, a claim whose key may have
-// been forgotten by the provider is completed with the charge a lookup finds,
-// and charged only if there is none.
-func forgetHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, lookUp bool) handler {
+// keyedHandler is the claim-first handler of experiments 6 and 8, charging
+// the in-process provider: it claims the payment id for keep, charges with
+// it as the idempotency key, releases the claim when the outcome is unknown,
+// and completes it with the charge id, kept for keep again. With lookUp, a
+// claim whose key the provider may have forgotten (by the claim's first_at)
+// is completed with the charge a lookup finds, and charged only if there is
+// none. It counts the duplicates it acks in dups.
+func keyedHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, keep time.Duration, lookUp bool, dups *atomic.Int64) handler {
 	return func(ctx context.Context, m message) (verdict, error) {
 		key := m.payment.PaymentID
 		now := c.Now()
 		a, err := store.Acquire(ctx, claimstore.AcquireParams{
-			Key: key, Owner: "demo", LeaseUntil: now.Add(visibilityTimeout - leaseMargin), ExpiresAt: now.Add(retention),
+			Key: key, Owner: "demo", LeaseUntil: now.Add(visibilityTimeout - leaseMargin), ExpiresAt: now.Add(keep),
 		})
 		if err != nil {
 			return 0, err
@@ -227,6 +231,7 @@ func forgetHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, lo
 		switch a.Outcome {
 		case claimstore.Acquired:
 		case claimstore.Duplicate:
+			dups.Add(1)
 			return ack, nil
 		case claimstore.HeldElsewhere:
 			return later, nil
@@ -252,7 +257,7 @@ func forgetHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, lo
 				return later, nil
 			}
 		}
-		if err := store.Complete(ctx, claimstore.CompleteParams{Holder: holder, Result: chargeID, ExpiresAt: c.Now().Add(retention)}); err != nil {
+		if err := store.Complete(ctx, claimstore.CompleteParams{Holder: holder, Result: chargeID, ExpiresAt: c.Now().Add(keep)}); err != nil {
 			return 0, fmt.Errorf("complete: %w", err)
 		}
 		return ack, nil

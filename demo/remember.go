@@ -3,9 +3,8 @@ package demo
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
-
-	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 )
 
 // Experiment 6's timing, on the store's clock: claims kept for shortKeep
@@ -55,8 +54,9 @@ func (r RememberResult) rows() []tableRow {
 // charged under the full claim-first protocol; then, two hours later on the
 // store's clock, 1 in 20 (exactly opts.Payments/20, chosen by opts.Seed) is
 // delivered again, as a producer's retry or a redrive can be. The provider
-// ignores idempotency keys, so the charges count what the claims did alone.
-// The rows differ only in how long a claim is kept.
+// (in process, on the same clock) ignores idempotency keys, so the charges
+// count what the claims did alone. The rows differ only in how long a claim
+// is kept.
 func Remember(ctx context.Context, opts Options) (RememberResult, error) {
 	if err := opts.setDefaults(); err != nil {
 		return RememberResult{}, err
@@ -71,26 +71,31 @@ func Remember(ctx context.Context, opts Options) (RememberResult, error) {
 		}
 	}
 	run := func(id, label string, keep time.Duration) (RememberRow, error) {
-		spec := rowSpec{id: id, label: label, fake: fakeprovider.Config{IgnoreKeys: true}, client: oneAttempt, claims: true}
-		r, err := newRow(ctx, opts, spec)
+		c := &clock{}
+		store, err := opts.NewStore(ctx, opts.namespace(id), c.Now)
 		if err != nil {
-			return RememberRow{}, err
+			return RememberRow{}, fmt.Errorf("%s: claim store: %w", label, err)
 		}
-		h := r.claimFirst(claimPolicy{lease: visibilityTimeout - leaseMargin, release: true, deferHeld: true, keep: keep})
-		_, err = r.broker.run(ctx, first, h)
-		var bs brokerStats
-		if err == nil {
-			r.clock.Advance(lateBy)
-			bs, err = r.broker.run(ctx, again, h)
-		}
-		r.close()
-		if err != nil {
+		prov := newForgetfulProvider(c.Now, 0)
+		var dups atomic.Int64
+		h := keyedHandler(store, prov, c, keep, false, &dups)
+		b := &broker{workers: opts.Workers, clock: c, progress: opts.progress}
+		opts.progress.row(label, len(first))
+		if _, err := b.run(ctx, first, h); err != nil {
 			return RememberRow{}, fmt.Errorf("%s: %w", label, err)
 		}
-		st := r.fake.Stats()
+		c.Advance(lateBy)
+		opts.progress.row(label+", late duplicates", len(again))
+		bs, err := b.run(ctx, again, h)
+		if err != nil {
+			return RememberRow{}, fmt.Errorf("%s: late duplicates: %w", label, err)
+		}
+		prov.mu.Lock()
+		charges := prov.stats.charges
+		prov.mu.Unlock()
 		return RememberRow{
-			Payments: len(ps), Late: bs.Copies, Charges: int(st.Charges), Duplicates: int(r.skipped.Load()),
-			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+			Payments: len(ps), Late: bs.Copies, Charges: charges, Duplicates: int(dups.Load()),
+			Effects: countEffects(paymentIDs(ps), prov.chargesByPayment()),
 		}, nil
 	}
 	var res RememberResult

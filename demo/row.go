@@ -154,10 +154,6 @@ type claimPolicy struct {
 	// redelivery, as the protocol does. Without it the handler acks it as if
 	// it were done: what a handler does that treats any claim as a result.
 	deferHeld bool
-	// keep is how long a claim is remembered, from its acquisition and
-	// again from its completion. Zero means retention, longer than any
-	// redelivery.
-	keep time.Duration
 	// crash, if set, picks the receives on which the worker dies right
 	// after claiming: no charge, no release, no ack.
 	crash func(m message) bool
@@ -169,16 +165,12 @@ func (r *row) claimFirst(pol claimPolicy) handler {
 	return func(ctx context.Context, m message) (verdict, error) {
 		key := m.payment.PaymentID
 		now := r.clock.Now()
-		keep := retention
-		if pol.keep > 0 {
-			keep = pol.keep
-		}
-		leaseUntil := now.Add(keep)
+		leaseUntil := now.Add(retention)
 		if pol.lease > 0 {
 			leaseUntil = now.Add(pol.lease)
 		}
 		a, err := r.store.Acquire(ctx, claimstore.AcquireParams{
-			Key: key, Owner: "demo", LeaseUntil: leaseUntil, ExpiresAt: now.Add(keep),
+			Key: key, Owner: "demo", LeaseUntil: leaseUntil, ExpiresAt: now.Add(retention),
 		})
 		if err != nil {
 			return 0, err
@@ -218,7 +210,7 @@ func (r *row) claimFirst(pol claimPolicy) handler {
 			return later, nil
 		}
 		err = r.store.Complete(ctx, claimstore.CompleteParams{
-			Holder: holder, Result: ch.ID, ExpiresAt: r.clock.Now().Add(keep),
+			Holder: holder, Result: ch.ID, ExpiresAt: r.clock.Now().Add(retention),
 		})
 		if err != nil {
 			return 0, fmt.Errorf("complete: %w", err)
