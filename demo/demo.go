@@ -66,7 +66,8 @@ type Options struct {
 	// to 0: all of them.
 	Experiment int
 	// Progress receives a line about the running row every few seconds once
-	// Run has taken more than a few seconds. Defaults to nil: no progress.
+	// Run has taken more than a few seconds, never while Run writes a table.
+	// Defaults to nil: no progress.
 	Progress io.Writer
 
 	progress       *progress     // set by Run
@@ -205,7 +206,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		},
 		{
 			"Experiment 8: the provider forgets keys after 24 hours; a retry comes later (simulated clock)",
-			"The key protects a retry only while the provider remembers it; a retry past that, found by the claim's first acquisition, looks the charge up and completes with it instead of charging again.",
+			"The key protects a retry only while the provider remembers it. A retry whose claim was first acquired longer ago than the key lifetime looks the charge up and completes with it instead of charging again.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
 				r, err := Forget(ctx, o)
 				return r.rows(), err
