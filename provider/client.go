@@ -14,8 +14,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 	"syscall"
+	"time"
 	"unicode/utf8"
 )
 
