@@ -9,18 +9,18 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 )
 
 // Experiment 8's timing, on the store's clock: the provider remembers a key
-// for keyLifetime (Stripe's 24 hours); a handler treats a key whose first
-// acquisition is older than keyLifetime minus keyLifetimeMargin as possibly
-// forgotten; the dead-letter queue is redriven redriveAfter after the
-// payments were first received. The heading spells these out.
+// for keyLifetime (Stripe's 24 hours), and the handler judges a key by the
+// payment handler's own rule (payment.PastKeyLifetime); the dead-letter
+// queue is redriven redriveAfter after the payments were first received. The
+// heading spells these out.
 const (
-	keyLifetime       = 24 * time.Hour
-	keyLifetimeMargin = time.Hour
-	redriveAfter      = 48 * time.Hour
+	keyLifetime  = payment.DefaultKeyLifetime
+	redriveAfter = 48 * time.Hour
 )
 
 // errAnswerLost is the simulated provider's answer that never arrived: the
@@ -204,19 +204,12 @@ func Forget(ctx context.Context, opts Options) (ForgetResult, error) {
 	return res, err
 }
 
-// mayBeForgotten reports whether a provider that remembers keys for lifetime
-// may have forgotten a key first used at firstAt, judged at now with margin
-// to spare. A zero firstAt (a claim row that predates it) may have been.
-func mayBeForgotten(firstAt, now time.Time, lifetime, margin time.Duration) bool {
-	return firstAt.IsZero() || now.Sub(firstAt) > lifetime-margin
-}
-
 // keyedHandler is the claim-first handler of experiments 6 and 8, charging
 // the in-process provider: it claims the payment id for keep, charges with
 // it as the idempotency key, releases the claim when the outcome is unknown,
 // and completes it with the charge id, kept for keep again. With lookUp, a
-// claim whose key the provider may have forgotten (by the claim's first_at)
-// is completed with the charge a lookup finds, and charged only if there is
+// claim whose key the provider may have forgotten (by the claim's first_at
+// and the payment handler's rule) is completed with the charge a lookup finds, and charged only if there is
 // none. It counts the duplicates it acks in dups.
 func keyedHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, keep time.Duration, lookUp bool, dups *atomic.Int64) handler {
 	return func(ctx context.Context, m message) (verdict, error) {
@@ -240,7 +233,7 @@ func keyedHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, kee
 		}
 		holder := a.Claim.Holder()
 		var chargeID string
-		if lookUp && mayBeForgotten(a.Claim.FirstAt, now, prov.lifetime, keyLifetimeMargin) {
+		if lookUp && payment.PastKeyLifetime(a.Claim.FirstAt, now, prov.lifetime) {
 			if found := prov.lookup(m.payment.PaymentID); len(found) > 0 {
 				chargeID = found[0]
 			}

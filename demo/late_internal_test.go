@@ -54,27 +54,6 @@ func TestCommitLeaseLost(t *testing.T) {
 	}
 }
 
-func TestMayBeForgotten(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
-	const lifetime, margin = 24 * time.Hour, time.Hour
-	for _, tc := range []struct {
-		name    string
-		firstAt time.Time
-		want    bool
-	}{
-		{"just used", now, false},
-		{"just inside the lifetime minus the margin", now.Add(-(lifetime - margin)), false},
-		{"just past it", now.Add(-(lifetime - margin) - time.Millisecond), true},
-		{"past the lifetime", now.Add(-2 * lifetime), true},
-		{"zero first_at", time.Time{}, true},
-	} {
-		if got := mayBeForgotten(tc.firstAt, now, lifetime, margin); got != tc.want {
-			t.Errorf("%s: mayBeForgotten = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // TestForgetfulProvider: a key is replayed within its lifetime and charged
 // anew after it; the lookup lists every charge of the payment.
 func TestForgetfulProvider(t *testing.T) {
