@@ -42,7 +42,9 @@ func benchFloor(b *testing.B) benchResult {
 		keys <- i
 	}
 	close(keys)
-	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	n := func(v int64) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	}
 	str := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	m := startMeter(b, counter)
 	var wg sync.WaitGroup
