@@ -28,4 +28,23 @@
 // whole retention), but Wait and callers that check IsPermanent stop
 // retrying. A caller that wants a failure remembered returns it as the
 // result instead. A key used with another fingerprint is ErrKeyReused.
+//
+// What a caller does with each outcome of Run (the SQS worker's mapping in
+// brackets):
+//
+//	Result, Replayed false       fn ran, result stored              [ack]
+//	Result, Replayed true        stored result, fn did not run      [duplicate: ack]
+//	*HeldError                   held elsewhere until Until         [defer until then]
+//	*KeyReusedError              another fingerprint                [dead-letter]
+//	claimstore.ErrInvalidKey     bad key, nothing written           [dead-letter]
+//	*StoreError, Op "acquire"    store failed, fn did not run       [retry]
+//	fn's error                   claim released                     [retry, or dead-letter if IsPermanent]
+//	  joined with *StoreError    ... but the release failed: the key is held until its lease ends
+//	ErrLeaseLost                 another holder owns the key        [leave the message alone]
+//	ErrNotStored                 fn ran, result not stored          [leave the message alone]
+//
+// Options.LeaseUntil, FirstRenewal and Extend let a caller align the claim's
+// lease with another one (a message's visibility timeout, an invocation's
+// deadline); Options.Fingerprint says what the work is. Options.Now should
+// agree with the store's clock, which judges leases.
 package once

@@ -342,3 +342,44 @@ func TestInvalidKey(t *testing.T) {
 		t.Fatalf("Do with an empty key = %v, want claimstore.ErrInvalidKey", err)
 	}
 }
+
+func TestLeaseHooksAlignTheClaimWithAnotherLease(t *testing.T) {
+	t.Parallel()
+	// The SQS worker's use: the first lease ends with the message's
+	// visibility, the first renewal is due counted from the receipt (here:
+	// already), and each renewal extends the visibility first.
+	s := memory.New(memory.Config{})
+	begin := time.Now()
+	leaseUntil := begin.Add(400 * time.Millisecond)
+	var extended atomic.Int64
+	_, err := once.Do(t.Context(), s, "k", once.Options{
+		Fingerprint:  "fp",
+		LeaseUntil:   leaseUntil,
+		FirstRenewal: begin,
+		RenewEvery:   time.Hour,
+		Extend: func(context.Context) (time.Time, error) {
+			until := time.Now().Add(time.Minute)
+			extended.Store(until.UnixMilli())
+			return until, nil
+		},
+	}, func(ctx context.Context, c once.Call) (string, error) {
+		claim, err := s.Get(ctx, "k")
+		if err != nil || claim.LeaseUntil.UnixMilli() != leaseUntil.UnixMilli() || claim.Fingerprint != "fp" {
+			t.Errorf("claim as acquired = %+v, %v; want the given lease end and fingerprint", claim, err)
+		}
+		deadline := time.Now().Add(time.Second)
+		for extended.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // the renewal follows the extension
+		claim, _ = s.Get(ctx, "k")
+		if want := extended.Load(); want == 0 || claim.LeaseUntil.UnixMilli() != want {
+			t.Errorf("lease after the first renewal = %v, want the extension's %d ms", claim.LeaseUntil, want)
+		}
+		time.Sleep(500 * time.Millisecond) // past the first lease: it was extended
+		return "ok", ctx.Err()
+	})
+	if err != nil {
+		t.Fatalf("Do = %v", err)
+	}
+}
