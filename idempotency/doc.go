@@ -14,8 +14,9 @@
 //   - A repeat with the same fingerprint (method, path and a SHA-256 of the
 //     body, unless Options.Fingerprint says otherwise) gets the stored
 //     response again, with Idempotent-Replayed: true; the handler does not run.
-//   - A repeat while the first still runs gets 409 with Retry-After.
-//   - The same key with another fingerprint gets 422.
+//   - A repeat while the first still runs gets 409 with Retry-After, whatever
+//     its fingerprint: nothing is stored yet to compare it with.
+//   - The same key with another fingerprint gets 422 once the first is done.
 //   - A missing key gets 400 where Options.Required says keys are required
 //     (otherwise the request passes through unclaimed); an over-long or
 //     malformed key gets 400.

@@ -138,7 +138,7 @@ func (o *Options) validate() error {
 		errs = append(errs, fmt.Errorf("MaxKeyBytes must be 1 to %d, got %d", claimstore.MaxKeyBytes, o.MaxKeyBytes))
 	}
 	if o.MaxRequestBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxRequestBytes must be > 0, got %d", o.MaxRequestBytes))
+		errs = append(errs, fmt.Errorf("MaxRequestBytes must not be negative, got %d", o.MaxRequestBytes))
 	}
 	if o.MaxResponseBytes < 0 || o.MaxResponseBytes > MaxStorableResponseBytes {
 		errs = append(errs, fmt.Errorf("MaxResponseBytes must be 1 to %d, got %d", MaxStorableResponseBytes, o.MaxResponseBytes))
