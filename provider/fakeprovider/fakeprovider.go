@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/idempotency"
 	"github.com/claimfirst/claimfirst/provider"
@@ -114,6 +115,7 @@ type Server struct {
 	cfg    Config
 	mux    *http.ServeMux
 	charge http.Handler  // the middleware around chargeOnce
+	store  *memory.Store // the middleware's claims
 	done   chan struct{} // closed by Close
 	once   sync.Once
 
@@ -154,8 +156,9 @@ func New(cfg Config) *Server {
 		charges: make(map[string][]provider.ChargeRecord),
 		stats:   Stats{ChargesByPayment: make(map[string]int64)},
 	}
+	s.store = memory.New(memory.Config{})
 	mw, err := idempotency.New(idempotency.Options{
-		Store:           memory.New(memory.Config{}),
+		Store:           s.store,
 		Required:        true,
 		Methods:         []string{http.MethodPost},
 		Scope:           func(r *http.Request) string { return requestFrom(r.Context()).scope },
@@ -331,7 +334,7 @@ func (s *Server) serveCharge(w http.ResponseWriter, r *http.Request) {
 }
 
 // scope returns the store scope of key: its generation, moved on when the
-// key's first use is KeyLifetime ago.
+// key's first use is KeyLifetime ago and no request with it is in progress.
 func (s *Server) scope(key string) string {
 	if s.cfg.KeyLifetime <= 0 || key == "" {
 		return ""
@@ -344,14 +347,26 @@ func (s *Server) scope(key string) string {
 	case k == nil:
 		k = &keyLife{firstUse: now}
 		s.keys[key] = k
-	case now.Sub(k.firstUse) >= s.cfg.KeyLifetime:
+	case now.Sub(k.firstUse) >= s.cfg.KeyLifetime && !s.inProgress(genScope(k.gen)+key):
 		k.gen++
 		k.firstUse = now
 	}
-	if k.gen == 0 {
+	return genScope(k.gen)
+}
+
+// genScope is the store scope of a key's generation gen.
+func genScope(gen int) string {
+	if gen == 0 {
 		return ""
 	}
-	return "gen" + strconv.Itoa(k.gen) + "#"
+	return "gen" + strconv.Itoa(gen) + "#"
+}
+
+// inProgress reports whether the claim of storeKey is held by a request
+// still running: its key is not forgotten under it.
+func (s *Server) inProgress(storeKey string) bool {
+	c, err := s.store.Get(context.Background(), storeKey)
+	return err == nil && c.Status == claimstore.StatusInProgress && time.Now().Before(c.LeaseUntil)
 }
 
 // chargeOnce runs under the key's claim: the first request with a key, or

@@ -569,3 +569,25 @@ func TestKeysAreRememberedWithoutALifetime(t *testing.T) {
 		t.Errorf("1000h later without KeyLifetime = %+v, want the replay", a)
 	}
 }
+
+func TestKeyInProgressIsNotForgotten(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fake := fakeprovider.New(fakeprovider.Config{KeyLifetime: time.Minute, Latency: time.Hour})
+		defer fake.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serve(t, fake, "k", payBody)
+		}()
+		synctest.Wait()
+		time.Sleep(2 * time.Minute) // past the lifetime, still charging
+		if a := serve(t, fake, "k", payBody); a.status != http.StatusConflict {
+			t.Errorf("the key past its lifetime while its first request charges = %+v, want 409", a)
+		}
+		<-done
+		if st := fake.Stats(); st.Charges != 1 {
+			t.Errorf("charges = %d, want 1", st.Charges)
+		}
+	})
+}
