@@ -74,11 +74,13 @@ type Options struct {
 	// Owner names this server in its claims, for diagnostics. Defaults to
 	// "idempotency".
 	Owner string
-	// Reject writes the answer to a request the middleware refuses. Defaults
-	// to Rejection.WriteProblem (application/problem+json).
+	// Reject writes the answer to a request the middleware refuses, in the
+	// API's own error format; it should send rej.RetryAfterSeconds() as
+	// Retry-After where there is one. Defaults to Rejection.WriteProblem
+	// (application/problem+json).
 	Reject func(w http.ResponseWriter, r *http.Request, rej Rejection)
-	// Observe, if set, is told every request's outcome (for metrics).
-	// Defaults to nil.
+	// Observe, if set, is told every request's outcome (for metrics); it is
+	// called concurrently, and must not block. Defaults to nil.
 	Observe func(r *http.Request, o Outcome)
 	// Logger logs lost leases and responses that could not be stored.
 	// Defaults to slog.Default().
