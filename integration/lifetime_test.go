@@ -54,6 +54,11 @@ func TestProviderKeyLifetime(t *testing.T) {
 			if late == 0 {
 				t.Fatal("no retry came: the setup did not exercise the key lifetime")
 			}
+			// Four days of queue retention outlast a 1 s (or 24 h) key
+			// lifetime: one warn line at start says so.
+			if n := w.logCount("after the provider has forgotten its key"); n != 1 {
+				t.Errorf("%d start-up warnings about the key lifetime, want 1", n)
+			}
 			if tc.doubles {
 				if len(st.DuplicateCharges()) == 0 {
 					t.Error("no payment charged twice without the rule: the setup does not show what the rule prevents")
