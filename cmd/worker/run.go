@@ -85,7 +85,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err
@@ -99,6 +99,15 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		handler: payment.Handler{Provider: client},
 		decoder: payment.Decoder{KeyFrom: keyFrom},
 	}, nil
+}
+
+// readableDurations writes durations in log lines as Go duration strings
+// ("30s", "1.5s") rather than the JSON handler's nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // startError turns the worker's refusal to start into a usage error (exit
