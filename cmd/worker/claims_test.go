@@ -23,7 +23,7 @@ func runWorker(t *testing.T, env map[string]string, args ...string) (code int, s
 func TestHelpExitsZero(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"-h"}, {"run", "-h"}, {"demo", "-h"}, {"provider", "-h"}, {"setup", "-h"},
+		{"-h"}, {"run", "-h"}, {"demo", "-h"}, {"provider", "-h"}, {"setup", "-h"}, {"redrive", "-h"},
 		{"claims", "-h"}, {"claims", "get", "-h"}, {"claims", "release", "-h"}, {"claims", "complete", "--help"}, {"claims", "forget", "-h"},
 	} {
 		code, stdout, stderr := runWorker(t, nil, args...)

@@ -40,6 +40,7 @@ func commands() map[string]command {
 		"provider": {"serve the fake payment provider (honours Idempotency-Key, injects faults)", cmdProvider},
 		"setup":    {"create the queue, dead-letter queue and claim table for local development", cmdSetup},
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
+		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
 	}
 }
 
@@ -88,7 +89,7 @@ Usage: worker <command> [flags]   (each flag also reads the environment variable
 
 Commands:
 `)
-	for _, name := range []string{"run", "demo", "provider", "setup", "claims"} {
+	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive"} {
 		fmt.Fprintf(w, "  %-9s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, `
