@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
@@ -473,4 +475,73 @@ func TestRedriveKeepsMessageIDKey(t *testing.T) {
 		t.Errorf("charges %v, want each payment charged once in all", st.ChargesByPayment)
 	}
 	e.assertNoDeadLetters()
+}
+
+// sendBatch puts bodies on url, ten at a time.
+func (e *env) sendBatch(url string, bodies []string, attrs map[string]string) {
+	e.t.Helper()
+	ma := map[string]types.MessageAttributeValue{}
+	for k, v := range attrs {
+		ma[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	for start := 0; start < len(bodies); start += 10 {
+		var entries []types.SendMessageBatchRequestEntry
+		for i, b := range bodies[start:min(start+10, len(bodies))] {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(b), MessageAttributes: ma})
+		}
+		out, err := e.sqs.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+		if err != nil || len(out.Failed) > 0 {
+			e.t.Fatalf("send batch: %v %v", err, out)
+		}
+	}
+}
+
+// TestRedriveInterruptible: SIGINT in the middle of a move finishes the
+// batch in flight and stops: every message is in exactly one of the queues.
+func TestRedriveInterruptible(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	const n = 400
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	e.sendBatch(e.dlqURL, bodies, map[string]string{worker.ReasonAttribute: "provider unavailable"})
+	p := e.start("redrive", workerOptions{}, "redrive")
+	waitFor(t, 30*time.Second, "the move to start", func() bool { return e.queueDepth(e.queueURL) >= 20 })
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 1 || !strings.Contains(p.log.String(), "interrupted") {
+		t.Fatalf("interrupted redrive: exit %d, output %q; want 1, saying it was interrupted", code, p.log.String())
+	}
+	src, dlq := e.queueDepth(e.queueURL), e.queueDepth(e.dlqURL)
+	if src+dlq != n || src == n {
+		t.Fatalf("after the interrupt: %d on the source, %d in the DLQ; want %d in all, the move stopped part way", src, dlq, n)
+	}
+	if out := e.mustCommand(nil, "redrive"); !strings.Contains(out, fmt.Sprintf("moved %d messages", dlq)) {
+		t.Fatalf("the second redrive printed %q, want the %d left", out, dlq)
+	}
+	if src, dlq := e.queueDepth(e.queueURL), e.queueDepth(e.dlqURL); src != n || dlq != 0 {
+		t.Fatalf("after the second redrive: %d on the source, %d in the DLQ; want %d and 0", src, dlq, n)
+	}
+}
+
+// TestSetupExport: `eval "$(worker setup -export)"` sets the variables the
+// other commands read.
+func TestSetupExport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	queue, table := awstest.Name("setup"), awstest.Name("claims")
+	script := fmt.Sprintf(`set -e; eval "$(%q setup -export -queue-name %s -claim-table %s)"; echo "$QUEUE_URL|$DLQ_URL|$CLAIM_TABLE"`, workerBin, queue, table)
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = e.workerEnv(workerOptions{})
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	parts := strings.Split(strings.TrimSpace(string(out)), "|")
+	if len(parts) != 3 || !strings.HasSuffix(parts[0], "/"+queue) || !strings.HasSuffix(parts[1], "/"+queue+"-dlq") || parts[2] != table {
+		t.Fatalf("after eval: %q, want the queue, its DLQ and the table", out)
+	}
 }

@@ -68,8 +68,12 @@ func (o Options) batch(done int) int32 {
 }
 
 // receive takes up to n messages from url with their message attributes,
-// waiting a second so that an empty answer means an empty queue.
+// waiting a second so that an empty answer means an empty queue. It is not
+// cancelled with ctx: a receive cut off after SQS answered would leave its
+// messages hidden for the visibility timeout, with nobody to move them.
 func receive(ctx context.Context, api API, url string, n, vis int32) ([]types.Message, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
 	out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(url), MaxNumberOfMessages: n, VisibilityTimeout: vis, WaitTimeSeconds: 1,
 		MessageAttributeNames: []string{"All"},

@@ -80,8 +80,7 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 	fmt.Fprintf(io.stdout, "moved %d messages from %s to %s\n", r.Moved, q.DeadLetterURL, q.URL)
 	switch {
 	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(io.stdout, "interrupted: the rest are still in the dead-letter queue; run it again to move them")
-		return nil
+		return errors.New("redrive: interrupted; the batch in flight was finished, the rest are still in the dead-letter queue: run it again to move them")
 	case err != nil:
 		return fmt.Errorf("redrive: %d failed: %w", r.Failed, err)
 	}
