@@ -89,6 +89,10 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 		result = s.fs.String("result", "", "the result later deliveries see, e.g. the charge id found by reconciliation (required)")
 		retention = s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long the completed key is remembered, at least (default 456h: the worker's for the queues setup makes)")
 	}
+	s.fs.Usage = func() {
+		fmt.Fprintf(s.fs.Output(), "Usage: worker %s KEY [flags]\n\n%s%s.\n\n", name, strings.ToUpper(sub.summary[:1]), sub.summary[1:])
+		s.fs.PrintDefaults()
+	}
 	key, err := parseWithKey(s, args[1:])
 	if err != nil {
 		return err

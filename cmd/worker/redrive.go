@@ -26,6 +26,19 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 	maxN := s.fs.Int("max", 0, "move (or count) at most this many messages (0: all)")
 	native := s.fs.Bool("native", false, "use SQS's StartMessageMoveTask: faster for big queues, but it keeps DeadLetterReason, "+
 		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; falls back to the loop where unsupported")
+	s.fs.Usage = func() {
+		fmt.Fprint(s.fs.Output(), `Usage: worker redrive [flags]
+
+Moves the messages of the queue's dead-letter queue (from its redrive policy)
+back to it: each is sent, then deleted, ten at a time, keeping the body and
+the message attributes except DeadLetterReason, and keeping (or adding)
+OriginalMessageId so that a message_id key survives. An interrupt finishes the
+batch in flight; a crash between send and delete leaves a duplicate, which the
+claim absorbs. -dry-run counts the messages per reason and changes nothing.
+
+`)
+		s.fs.PrintDefaults()
+	}
 	if err := s.Parse(args); err != nil {
 		return err
 	}
