@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	// logged or printed: Config's String, Format and LogValue redact it.
 	// Defaults to "" (no Authorization header).
 	APIKey string `json:"-"`
+	// Logger, if set, gets a debug line per retried attempt and a warn line
+	// when a call's attempts are exhausted. Defaults to nil (silent).
+	Logger *slog.Logger
 	// HTTPClient sends the requests; its Timeout, if any, applies on top of
 	// Timeout, and its redirect policy is followed as is. Defaults to a client
 	// with keep-alives, 64 idle connections per host and no redirects.
@@ -180,6 +184,8 @@ func validHeaderValue(s string) bool {
 type Client struct {
 	url         string
 	hc          *http.Client
+	log         *slog.Logger
+	stats       clientStats
 	timeout     time.Duration
 	maxAttempts int
 	minBackoff  time.Duration
@@ -202,8 +208,9 @@ func NewClient(cfg Config) (*Client, error) {
 		hc = defaultHTTPClient()
 	}
 	c := &Client{
-		url:         strings.TrimRight(cfg.BaseURL, "/") + "/v1/charges",
+		url:         strings.TrimRight(cfg.BaseURL, "/") + ChargesPath,
 		hc:          hc,
+		log:         cfg.Logger,
 		timeout:     cfg.Timeout,
 		maxAttempts: cfg.MaxAttempts,
 		minBackoff:  cfg.MinBackoff,
@@ -263,30 +270,65 @@ func (c *Client) Charge(ctx context.Context, key string, p Payment) (Charge, err
 		return Charge{}, &Error{Kind: KindBadRequest, Err: err}
 	}
 	keyHeader := []string{key}
+	var ch Charge
+	attempts, e := c.retry(ctx, "charge", func(ctx context.Context) (*Error, string) {
+		var e *Error
+		var retryAfter string
+		ch, e, retryAfter = c.attempt(ctx, keyHeader, body)
+		return e, retryAfter
+	})
+	if e != nil {
+		return Charge{}, e
+	}
+	ch.Attempts = attempts
+	return ch, nil
+}
+
+// retry runs one attempt after another, with backoff, until one succeeds,
+// fails for good, MaxAttempts is reached or ctx ends. It returns the
+// attempts made and the last error (nil on success). Each attempt gets its
+// own Timeout.
+func (c *Client) retry(ctx context.Context, op string, try func(ctx context.Context) (*Error, string)) (int, *Error) {
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return Charge{}, &Error{Kind: KindUnknown, Attempts: attempt - 1, Err: err}
+			return attempt - 1, &Error{Kind: KindUnknown, Attempts: attempt - 1, Err: err}
 		}
-		ch, e, retryAfter := c.attempt(ctx, keyHeader, body)
+		c.stats.attempts.Add(1)
+		e, retryAfter := try(ctx)
 		if e == nil {
-			ch.Attempts = attempt
-			return ch, nil
+			return attempt, nil
 		}
 		e.Attempts = attempt
-		if !e.Retryable() || attempt >= c.maxAttempts {
-			return Charge{}, e
+		if !e.Retryable() {
+			return attempt, e
+		}
+		if attempt >= c.maxAttempts {
+			c.exhausted(op, e)
+			return attempt, e
 		}
 		if ctx.Err() != nil {
-			return Charge{}, stopped(e, ctx.Err())
+			return attempt, stopped(e, ctx.Err())
 		}
 		wait := c.backoff(attempt, retryAfter, time.Now())
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return Charge{}, stopped(e, fmt.Errorf("next attempt in %v is past the context deadline: %w", wait, context.DeadlineExceeded))
+			return attempt, stopped(e, fmt.Errorf("next attempt in %v is past the context deadline: %w", wait, context.DeadlineExceeded))
+		}
+		c.stats.retries.Add(1)
+		if c.log != nil {
+			c.log.Debug("provider: retrying", slog.String("op", op), slog.Int("attempt", attempt),
+				slog.String("wait", wait.String()), slog.Any("error", e))
 		}
 		if err := sleep(ctx, &timer, wait); err != nil {
-			return Charge{}, stopped(e, err)
+			return attempt, stopped(e, err)
 		}
+	}
+}
+
+func (c *Client) exhausted(op string, e *Error) {
+	c.stats.exhausted.Add(1)
+	if c.log != nil {
+		c.log.Warn("provider: attempts exhausted", slog.String("op", op), slog.Int("attempts", e.Attempts), slog.Any("error", e))
 	}
 }
 
@@ -356,7 +398,22 @@ func (c *Client) transportError(ctx, actx context.Context, status int, err error
 	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within %v: %w", c.timeout, err)
 	}
-	return &Error{Kind: KindUnknown, StatusCode: status, Err: err}
+	return &Error{Kind: KindUnknown, StatusCode: status, NotSent: status == 0 && notSent(err), Err: err}
+}
+
+// notSent reports whether err shows that the request never left: the
+// connection was refused (or the address could not be resolved), so nothing
+// reached the provider.
+func notSent(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // classify turns an answer into a charge or an error. It reads nothing but

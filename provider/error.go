@@ -64,6 +64,10 @@ type Error struct {
 	Reason string
 	// Attempts is the number of HTTP requests made.
 	Attempts int
+	// NotSent reports that the last attempt never reached the provider (the
+	// connection was refused or could not be made): that attempt charged
+	// nothing. Earlier attempts may have; the outcome stays KindUnknown.
+	NotSent bool
 	// Err is the underlying cause, if any: a transport error, or the context's
 	// error when the context ended the retries.
 	Err error
@@ -98,6 +102,9 @@ func (e *Error) Error() string {
 	if e.Reason != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Reason)
+	}
+	if e.NotSent {
+		b.WriteString(": not sent")
 	}
 	if e.Err != nil {
 		b.WriteString(": ")

@@ -39,6 +39,9 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if err != nil {
 		return startError(err)
 	}
+	if *queueURL != "" {
+		ap.warnKeyLifetime(h.Queue())
+	}
 	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
 	return nil
 }
