@@ -434,8 +434,8 @@ func TestRedriveKeepsMessageIDKey(t *testing.T) {
 	waitFor(t, 30*time.Second, "both messages dead-lettered by the worker", func() bool {
 		return e.queueDepth(e.queueURL) == 0 && e.queueDepth(e.dlqURL) == 2
 	})
-	if n := w.logCount("poison message"); n != 2 {
-		t.Fatalf("poison lines = %d, want 2", n)
+	if n := w.logCount("failed permanently: dead-lettering"); n != 2 {
+		t.Fatalf("permanent-failure lines = %d, want 2", n)
 	}
 	if st := e.fake.Stats(); st.ChargesByPayment[recon.PaymentID] != 1 || st.ChargesByPayment[retry.PaymentID] != 1 {
 		t.Fatalf("charges %v, want each charged once before the forced rejection", st.ChargesByPayment)
