@@ -39,6 +39,8 @@ test: tools cfn-lint rie ## Run every test (unit, conformance, integration) with
 bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
 	$(GO) test -run '^$$' -bench BenchmarkProcess -benchtime 20000x ./worker/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
+	$(GO) test -run '^$$' -bench BenchmarkCost -benchtime 20000x ./integration/
+	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
 
 .PHONY: lambda
 lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.
