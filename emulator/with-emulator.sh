@@ -54,6 +54,7 @@ export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$AWS_REGION}
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test}
 export AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
 export CLAIMFIRST_EMULATOR=1
+export CLAIMFIRST_EMULATOR_PID=$pid # benchmarks read its CPU time
 
 if [ "$#" -eq 0 ]; then
 	cat <<MSG

@@ -121,7 +121,9 @@ func benchCostSDK(b *testing.B) benchResult {
 		batches <- min(10, b.N-i)
 	}
 	close(batches)
-	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	n := func(v int64) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	}
 	str := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	m := startMeter(b, counter)
 	var wg sync.WaitGroup

@@ -171,6 +171,7 @@ func benchWorkerProcess(b *testing.B) benchResult {
 	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	b.ResetTimer()
+	emu0 := emulatorCPU()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -190,6 +191,7 @@ func benchWorkerProcess(b *testing.B) benchResult {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	emu := emulatorCPU() - emu0
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("worker process: %v; log:\n%s", err, tail(log.String(), 20))
@@ -200,7 +202,9 @@ func benchWorkerProcess(b *testing.B) benchResult {
 		b.Fatalf("charged %d of %d", st.Charges, b.N)
 	}
 	b.Logf("worker run process: %d messages in %v, requests %v", b.N, elapsed.Round(time.Millisecond), counter.Snapshot())
-	return report(b, elapsed, user+time.Duration(ru.Stime.Nano()), user, counter)
+	r := report(b, elapsed, user+time.Duration(ru.Stime.Nano()), user, counter)
+	r.emuPerMsg = reportEmulator(b, emu)
+	return r
 }
 
 // benchDepth is the queue's visible plus in-flight messages.
