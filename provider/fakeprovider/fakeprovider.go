@@ -69,6 +69,9 @@ type Stats struct {
 	Faults int64 `json:"faults"`
 	// ChargesByPayment counts charges per payment_id.
 	ChargesByPayment map[string]int64 `json:"charges_by_payment"`
+	// ChargeLog lists the payment_id of every charge in the order they were
+	// made (a payment charged twice appears twice): what order tests check.
+	ChargeLog []string `json:"charge_log"`
 }
 
 // DuplicateCharges returns the payment ids charged more than once, sorted.
@@ -180,6 +183,7 @@ func (s *Server) Stats() Stats {
 	for id, n := range s.stats.ChargesByPayment {
 		st.ChargesByPayment[id] = n
 	}
+	st.ChargeLog = slices.Clone(s.stats.ChargeLog)
 	return st
 }
 
@@ -318,6 +322,7 @@ func (s *Server) result(p provider.Payment) (int, []byte) {
 	}
 	s.stats.Charges++
 	s.stats.ChargesByPayment[p.PaymentID]++
+	s.stats.ChargeLog = append(s.stats.ChargeLog, p.PaymentID)
 	body, _ := json.Marshal(provider.Charge{ID: newChargeID(), Status: provider.StatusSucceeded})
 	return http.StatusOK, body
 }

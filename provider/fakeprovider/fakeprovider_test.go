@@ -93,6 +93,7 @@ func read(t *testing.T, status int, h http.Header, body io.Reader) answer {
 func wantStats(t *testing.T, got, want fakeprovider.Stats) {
 	t.Helper()
 	got.ChargesByPayment, want.ChargesByPayment = nil, nil
+	got.ChargeLog, want.ChargeLog = nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("stats = %+v, want %+v", got, want)
 	}
@@ -452,5 +453,18 @@ func TestDuplicateCharges(t *testing.T) {
 	}
 	if got := (fakeprovider.Stats{}).DuplicateCharges(); len(got) != 0 {
 		t.Errorf("DuplicateCharges() of nothing = %q", got)
+	}
+}
+
+// TestChargeLog: charges are logged by payment id in the order they were
+// made; replays and failures before charging are not charges.
+func TestChargeLog(t *testing.T) {
+	t.Parallel()
+	fake, srv := start(t, fakeprovider.Config{FailFirst: func(key string, _ provider.Payment) bool { return key == "k2" }})
+	for _, c := range []struct{ key, id string }{{"k1", "pay_1"}, {"k2", "pay_2"}, {"k3", "pay_3"}, {"k1", "pay_1"}, {"k2", "pay_2"}} {
+		post(t, srv, c.key, `{"payment_id":"`+c.id+`","amount":100,"currency":"EUR"}`)
+	}
+	if got, want := fake.Stats().ChargeLog, []string{"pay_1", "pay_3", "pay_2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("charge log %v, want %v", got, want)
 	}
 }
