@@ -416,7 +416,7 @@ func TestStatsEndpointAndRoutes(t *testing.T) {
 	}
 	want := map[string]any{
 		"calls": 3.0, "charges": 1.0, "replays": 1.0, "conflicts": 0.0, "mismatches": 0.0,
-		"declines": 1.0, "faults": 0.0, "charges_by_payment": map[string]any{"pay_a": 1.0},
+		"declines": 1.0, "faults": 0.0, "charges_by_payment": map[string]any{"pay_a": 1.0}, "charge_log": []any{"pay_a"},
 	}
 	if !reflect.DeepEqual(raw, want) {
 		t.Errorf("GET /stats = %v, want %v", raw, want)
