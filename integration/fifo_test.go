@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,4 +378,87 @@ func TestLambdaFIFO(t *testing.T) {
 		t.Errorf("%d messages left on the queue", n)
 	}
 	fn.checkLog(t)
+}
+
+// checkFIFOPair checks that queueURL is a FIFO queue redriving to the FIFO
+// queue dlqURL, neither with content-based deduplication, as the worker reads them.
+func checkFIFOPair(t *testing.T, sq *sqs.Client, queueURL, dlqURL string) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := worker.ReadQueue(ctx, sq, queueURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.FIFO || !q.DeadLetterFIFO || q.DeadLetterURL != dlqURL {
+		t.Errorf("queue %s: FIFO %v, dead-letter queue %s (FIFO %v); want a FIFO queue redriving to the FIFO queue %s",
+			queueURL, q.FIFO, q.DeadLetterURL, q.DeadLetterFIFO, dlqURL)
+	}
+	for _, u := range []string{queueURL, dlqURL} {
+		out, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameContentBasedDeduplication},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Attributes[string(types.QueueAttributeNameContentBasedDeduplication)]; got != "false" {
+			t.Errorf("queue %s: ContentBasedDeduplication %q, want false", u, got)
+		}
+	}
+}
+
+// TestSetupFIFO: `worker setup -fifo`, run twice, creates and then keeps
+// name.fifo redriving to name-dlq.fifo.
+func TestSetupFIFO(t *testing.T) {
+	t.Parallel()
+	cfg := awstest.Config(t)
+	name, table := awstest.Name("setup"), awstest.Name("claims")
+	var first map[string]string
+	for run := 1; run <= 2; run++ {
+		cmd := exec.Command(workerBin, "setup", "-fifo", "-queue-name", name, "-claim-table", table)
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("setup run %d: %v\n%s", run, err, stderr)
+		}
+		printed := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			printed[k] = v
+		}
+		if !strings.HasSuffix(printed["QUEUE_URL"], "/"+name+".fifo") || !strings.HasSuffix(printed["DLQ_URL"], "/"+name+"-dlq.fifo") {
+			t.Fatalf("setup run %d printed %q, want queues %s.fifo and %s-dlq.fifo", run, out, name, name)
+		}
+		if first == nil {
+			first = printed
+		} else if !maps.Equal(printed, first) {
+			t.Errorf("second run printed %v, first %v", printed, first)
+		}
+		checkFIFOPair(t, sqs.NewFromConfig(cfg), printed["QUEUE_URL"], printed["DLQ_URL"])
+	}
+}
+
+// TestLocalStackInitScriptFIFO: the init script, run twice, creates and
+// then keeps the FIFO pair next to the standard one.
+func TestLocalStackInitScriptFIFO(t *testing.T) {
+	t.Parallel()
+	cfg := awstest.Config(t)
+	names := deployNewNames()
+	sq := sqs.NewFromConfig(cfg)
+	for run := 1; run <= 2; run++ {
+		if _, _, err := deployRunInitScript(t, names); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		urls := make([]string, 2)
+		for i, n := range []string{names.queue + ".fifo", names.dlq + ".fifo"} {
+			out, err := sq.GetQueueUrl(context.Background(), &sqs.GetQueueUrlInput{QueueName: aws.String(n)})
+			if err != nil {
+				t.Fatalf("run %d: queue %s: %v", run, n, err)
+			}
+			urls[i] = aws.ToString(out.QueueUrl)
+		}
+		checkFIFOPair(t, sq, urls[0], urls[1])
+	}
 }
