@@ -462,3 +462,39 @@ func TestLocalStackInitScriptFIFO(t *testing.T) {
 		checkFIFOPair(t, sq, urls[0], urls[1])
 	}
 }
+
+// TestFIFOWaitingKeepsLease: four messages of one group arrive in one
+// receive and take 1.5 s each with a 3 s visibility timeout, so the last
+// waits 4.5 s for its turn. The waiting messages' visibility is extended
+// meanwhile: each is processed on its first receive, in order, and none
+// reaches its turn with its lease over.
+func TestFIFOWaitingKeepsLease(t *testing.T) {
+	t.Parallel()
+	e := newFIFOEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 1500 * time.Millisecond}})
+	ps := payments("fifowait", 4)
+	var msgs []fifoMessage
+	for _, p := range ps {
+		b, _ := json.Marshal(p)
+		msgs = append(msgs, fifoMessage{"acct", string(b)})
+	}
+	e.sendFIFO(msgs)
+	w := e.start("w1", workerOptions{concurrency: 8})
+	e.waitDrained(time.Minute)
+	st := e.assertChargedOnce(ps)
+	if code := w.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d", code)
+	}
+	var want []string
+	for _, p := range ps {
+		want = append(want, p.PaymentID)
+	}
+	if !slices.Equal(st.ChargeLog, want) {
+		t.Errorf("charged in the order %v, want %v", st.ChargeLog, want)
+	}
+	if n := w.logCountWhere("completed", func(l logLine) bool { return l.ReceiveCount == 1 }); n != len(ps) {
+		t.Errorf("%d payments completed on their first receive, want all %d: a waiting message lost its lease", n, len(ps))
+	}
+	if n := w.logCount("lease ended before processing started"); n != 0 {
+		t.Errorf("%d messages reached their turn with the lease over", n)
+	}
+}
