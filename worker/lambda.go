@@ -154,7 +154,7 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		}
 	}
 	// FIFO: a group's records one at a time, in order (see fifo.go).
-	runs := groupRuns(len(ev.Records), fifoEvent(ev), func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
+	runs := groupRuns(len(ev.Records), fifoEvent(ev) || l.queue.FIFO, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
 	causes := make([]action, len(ev.Records))
 	runGroups(runs, l.cfg.Concurrency, func(i int) bool {
 		r := &ev.Records[i]
