@@ -84,6 +84,107 @@ def speed_up_sqs_queue_attributes() -> None:
         SQSBackend.get_queue_attributes = get_queue_attributes
 
 
+def fix_sqs_fifo_receive() -> None:
+    """Make moto's ReceiveMessage keep a FIFO group locked through a long poll.
+
+    moto notes which message groups have messages in flight once, when a
+    receive starts. A long poll that started while a group was free could
+    then hand out a later message of that group after another consumer had
+    received an earlier one and put it back with a delay (a retry), and so
+    break the group's order, which SQS never does. Two receives running at
+    once could also both take a free group. This receive checks the groups
+    in flight before every pass over the queue, under one lock per process,
+    and counts only other receives' messages: one receive still returns
+    several messages of a group, in order, as SQS does. While every visible
+    message belongs to a locked group it waits 50 ms between passes instead
+    of spinning. Standard queues keep moto's receive.
+    """
+    try:
+        from copy import deepcopy
+
+        from moto.core.utils import unix_time
+        from moto.sqs.models import SQSBackend, _filter_message_attributes
+    except ImportError:
+        return
+    if not hasattr(SQSBackend, "receive_message"):
+        return
+    original = SQSBackend.receive_message
+    lock = threading.Lock()
+
+    def receive_message(
+        self,
+        queue_name,
+        count,
+        wait_seconds_timeout,
+        visibility_timeout,
+        message_attribute_names=None,
+    ):
+        queue = self.get_queue(queue_name)
+        if not queue.fifo_queue:
+            return original(
+                self,
+                queue_name,
+                count,
+                wait_seconds_timeout,
+                visibility_timeout,
+                message_attribute_names,
+            )
+        if message_attribute_names is None:
+            message_attribute_names = []
+        result = []
+        mine = set()
+        polling_end = unix_time() + wait_seconds_timeout
+        while True:
+            blocked = False
+            with lock:
+                visible = queue.messages
+                for message in visible:
+                    if message in queue.pending_messages:
+                        # In flight before, visible again: its consumer timed out.
+                        queue.pending_messages.remove(message)
+                locked = {
+                    m.group_id
+                    for m in queue.pending_messages
+                    if m.group_id is not None and m not in mine
+                }
+                to_dlq = []
+                for message in visible:
+                    if message.group_id in locked:
+                        blocked = True
+                        continue
+                    if (
+                        queue.dead_letter_queue is not None
+                        and queue.redrive_policy
+                        and message.approximate_receive_count
+                        >= queue.redrive_policy["maxReceiveCount"]
+                    ):
+                        to_dlq.append(message)
+                        continue
+                    if not self.is_message_valid_based_on_retention_period(
+                        queue_name, message
+                    ):
+                        continue
+                    queue.pending_messages.add(message)
+                    mine.add(message)
+                    message.mark_received(visibility_timeout=visibility_timeout)
+                    copy = deepcopy(message)
+                    _filter_message_attributes(copy, message_attribute_names)
+                    result.append(copy)
+                    if len(result) >= count:
+                        break
+                for message in to_dlq:
+                    queue._messages.remove(message)
+                    queue.dead_letter_queue.add_message(message)
+            if result or not wait_seconds_timeout or unix_time() > polling_end:
+                return result
+            if blocked:
+                threading.Event().wait(0.05)
+            else:
+                queue.wait_for_messages(1)
+
+    SQSBackend.receive_message = receive_message
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -107,6 +208,7 @@ def main() -> int:
 
     speed_up_sqs_receive()
     speed_up_sqs_queue_attributes()
+    fix_sqs_fifo_receive()
     moto_app = DomainDispatcherApplication(create_backend_app)
     dynamo_lock = threading.Lock()
 

@@ -183,7 +183,7 @@ func deployRunInitScript(t *testing.T, names deployNames) (deployResources, stri
 
 	// The script's own settings come from the test, never the caller's shell.
 	own := []string{"PATH", "QUEUE_NAME", "DLQ_NAME", "CLAIM_TABLE", "QUEUE_VISIBILITY_SECONDS",
-		"QUEUE_RETENTION_SECONDS", "DLQ_RETENTION_SECONDS", "MAX_RECEIVE_COUNT"}
+		"QUEUE_RETENTION_SECONDS", "DLQ_RETENTION_SECONDS", "MAX_RECEIVE_COUNT", "CREATE_FIFO", "FIFO_QUEUE_NAME", "FIFO_DLQ_NAME"}
 	var env []string
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(own, k) {

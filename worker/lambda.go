@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,7 +132,11 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 // invocation's deadline. Records that are done (completed, duplicates,
 // dead-lettered) are left out of the response, so Lambda deletes them; the
 // others (held elsewhere, failed, lease lost, poison without a dead-letter
-// queue) are reported as batch item failures and SQS redelivers them.
+// queue) are reported as batch item failures and SQS redelivers them. From
+// a FIFO queue, a message group's records run one at a time in order, groups
+// concurrently; after a record of a group that is not done, the group's
+// later records are reported too, without being processed (see the package
+// documentation).
 func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -140,22 +145,33 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	var (
 		mu     sync.Mutex
 		failed []events.SQSBatchItemFailure
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, l.cfg.Concurrency)
 	)
-	for i := range ev.Records {
-		r := &ev.Records[i]
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if !l.record(ctx, r, deadline) {
-				mu.Lock()
-				failed = append(failed, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
-				mu.Unlock()
-			}
-		})
+	fail := func(rs ...*events.SQSMessage) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range rs {
+			failed = append(failed, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
+		}
 	}
-	wg.Wait()
+	// FIFO: a group's records one at a time, in order (see fifo.go).
+	runs := groupRuns(len(ev.Records), fifoEvent(ev) || l.queue.FIFO, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
+	causes := make([]action, len(ev.Records))
+	runGroups(runs, l.cfg.Concurrency, func(i int) bool {
+		r := &ev.Records[i]
+		done, act := l.record(ctx, r, deadline)
+		if !done {
+			causes[i] = act
+			fail(r)
+		}
+		return done
+	}, func(stopped int, rest []int) {
+		rs := make([]*events.SQSMessage, len(rest))
+		for k, i := range rest {
+			rs[k] = &ev.Records[i]
+		}
+		l.skip(ctx, &ev.Records[stopped], rs, blockCause(causes[stopped]))
+		fail(rs...)
+	})
 	return events.SQSEventResponse{BatchItemFailures: failed}, nil
 }
 
@@ -163,8 +179,9 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 // without a QueueURL.
 func (l *Lambda) Queue() QueueInfo { return l.queue }
 
-// record processes one record and reports whether it is done.
-func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) bool {
+// record processes one record and reports whether it is done, and what was
+// decided for it.
+func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) (bool, action) {
 	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1)}
 	if len(r.MessageAttributes) > 0 {
@@ -180,22 +197,25 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 	log := l.log.With(slog.String("message_id", r.MessageId))
 	switch disp.action {
 	case actAck:
-		return true
+		return true, disp.action
 	case actDeadLetter:
 		dl := deadLetter{
 			body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,
 			firstRecv: r.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], reason: disp.reason,
 		}
-		return dl.send(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, l.cfg.Metrics, log)
+		if l.queue.DeadLetterFIFO {
+			dl.groupID = cmp.Or(r.Attributes[groupAttribute], r.MessageId)
+		}
+		return dl.send(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, l.cfg.Metrics, log), disp.action
 	case actRetry, actDefer:
 		if l.cfg.SQS != nil && l.cfg.QueueURL != "" {
 			if err := changeVisibility(context.WithoutCancel(ctx), l.cfg.SQS, l.cfg.QueueURL, r.ReceiptHandle, disp.delay); err != nil {
 				log.Warn("change visibility failed", slog.Any("error", err))
 			}
 		}
-		return false
+		return false, disp.action
 	default:
-		return false
+		return false, disp.action
 	}
 }
 

@@ -19,12 +19,13 @@ const (
 	OutcomePanic        = "panic"         // the handler panicked: claim released, never acked
 	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
 	OutcomeKeyReused    = "key_reused"    // the key's claim has another payload's fingerprint: dead-lettered
+	OutcomeSkipped      = "skipped"       // FIFO: not started behind a message of its group that was not done; returned or reported
 )
 
 var outcomes = []string{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
 	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
-	OutcomeKeyReused,
+	OutcomeKeyReused, OutcomeSkipped,
 }
 
 // Metrics are the worker's Prometheus metrics.
@@ -38,6 +39,7 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpens  prometheus.Counter
+	fifoBlocked   *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -81,13 +83,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_breaker_opens_total",
 			Help: "Times the breaker opened.",
 		}),
+		fifoBlocked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimfirst_fifo_groups_blocked_total",
+			Help: "FIFO message groups stopped by a message that was not done, by cause (held_elsewhere: its key is held by another consumer, and the group waits for that holder; failed; lease_lost; dead_letter_failed; stopping). The group's later messages of the delivery were returned or reported unstarted.",
+		}, []string{"cause"}),
 	}
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
 	if reg != nil {
 		reg.MustRegister(m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-			m.retries, m.breakerOpen, m.breakerOpens)
+			m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked)
 	}
 	return m
 }

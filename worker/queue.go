@@ -38,17 +38,26 @@ type QueueInfo struct {
 	DeadLetterRetention time.Duration
 	// MaxReceiveCount is the redrive policy's maxReceiveCount, or 0.
 	MaxReceiveCount int
+	// FIFO is the queue's FifoQueue attribute: its messages are processed
+	// one message group at a time, in order.
+	FIFO bool
+	// DeadLetterFIFO is the dead-letter queue's FifoQueue attribute: messages
+	// sent there carry a group id and a deduplication id.
+	DeadLetterFIFO bool
 }
 
-// ReadQueue reads the queue's visibility timeout, retention and redrive
-// policy, and the dead-letter queue's URL and retention.
+// ReadQueue reads the queue's visibility timeout, retention, redrive
+// policy and whether it is a FIFO queue, and the dead-letter queue's URL,
+// retention and type.
 func ReadQueue(ctx context.Context, api SQSAPI, url string) (QueueInfo, error) {
 	q := QueueInfo{URL: url}
 	attrs, err := queueAttributes(ctx, api, url,
-		types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy)
+		types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy,
+		types.QueueAttributeNameFifoQueue)
 	if err != nil {
 		return q, err
 	}
+	q.FIFO = attrs[string(types.QueueAttributeNameFifoQueue)] == "true"
 	if q.VisibilityTimeout, err = seconds(attrs, types.QueueAttributeNameVisibilityTimeout); err != nil {
 		return q, err
 	}
@@ -77,10 +86,11 @@ func ReadQueue(ctx context.Context, api SQSAPI, url string) (QueueInfo, error) {
 		return q, fmt.Errorf("dead-letter queue %s: %w", rp.DeadLetterTargetArn, err)
 	}
 	q.DeadLetterURL = aws.ToString(out.QueueUrl)
-	dattrs, err := queueAttributes(ctx, api, q.DeadLetterURL, types.QueueAttributeNameMessageRetentionPeriod)
+	dattrs, err := queueAttributes(ctx, api, q.DeadLetterURL, types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameFifoQueue)
 	if err != nil {
 		return q, err
 	}
+	q.DeadLetterFIFO = dattrs[string(types.QueueAttributeNameFifoQueue)] == "true"
 	q.DeadLetterRetention, err = seconds(dattrs, types.QueueAttributeNameMessageRetentionPeriod)
 	return q, err
 }

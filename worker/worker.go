@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -254,6 +255,15 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 		if len(msgs) == 0 {
 			endProbe()
 		}
+		if w.queue.FIFO && len(msgs) > 1 && ctx.Err() == nil {
+			// A probe receives one message: never here.
+			ds := make([]*sqsDelivery, len(msgs))
+			for i := range msgs {
+				ds[i] = w.delivery(&msgs[i], received)
+			}
+			w.startGroups(hctx, ds, p, handlers, del)
+			continue
+		}
 		for i := range msgs {
 			d := w.delivery(&msgs[i], received)
 			d.probe = probe
@@ -284,6 +294,7 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 var receiveSystemAttributes = []types.MessageSystemAttributeName{
 	types.MessageSystemAttributeNameApproximateReceiveCount,
 	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+	types.MessageSystemAttributeNameMessageGroupId,
 }
 
 type sqsDelivery struct {
@@ -293,7 +304,19 @@ type sqsDelivery struct {
 	attrs      map[string]types.MessageAttributeValue
 	firstRecv  string // SQS's ApproximateFirstReceiveTimestamp, epoch ms
 	receivedAt time.Time
-	probe      bool // received while the breaker was open
+	probe      bool   // received while the breaker was open
+	group      string // MessageGroupId, on FIFO (and fair) queues
+	// leaseFrom, when set, is when the lease was last extended while the
+	// message waited behind others of its FIFO group.
+	leaseFrom time.Time
+}
+
+// leaseStart is when the message's current visibility timeout began.
+func (d *sqsDelivery) leaseStart() time.Time {
+	if d.leaseFrom.After(d.receivedAt) {
+		return d.leaseFrom
+	}
+	return d.receivedAt
 }
 
 func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
@@ -306,21 +329,24 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 		receipt: aws.ToString(m.ReceiptHandle), body: m.Body, attrs: m.MessageAttributes,
 		firstRecv:  m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)],
 		receivedAt: receivedAt,
+		group:      m.Attributes[groupAttribute],
 	}
 }
 
-// handle processes one delivery and carries out the disposition.
-func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
+// handle processes one delivery and carries out the disposition. done
+// reports that the message is off the queue (acked, or dead-lettered).
+func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) (disp disposition, done bool) {
 	vis := w.cfg.VisibilityTimeout
 	capAt := d.receivedAt.Add(MaxVisibility)
+	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
 	l := lease{
-		until:     d.receivedAt.Add(vis - w.cfg.LeaseMargin),
+		until:     from.Add(vis - w.cfg.LeaseMargin),
 		deadline:  capAt.Add(-w.cfg.LeaseMargin),
 		interval:  w.cfg.HeartbeatInterval,
-		renewAt:   d.receivedAt.Add(w.cfg.HeartbeatInterval),
+		renewAt:   from.Add(w.cfg.HeartbeatInterval),
 		stop:      w.stop,
 		probe:     d.probe,
-		holdUntil: d.receivedAt.Add(w.cfg.HoldFor),
+		holdUntil: from.Add(w.cfg.HoldFor),
 		extend: func(ctx context.Context) (time.Time, error) {
 			now := w.cfg.Now()
 			next := min(vis, capAt.Sub(now).Truncate(time.Second))
@@ -337,17 +363,19 @@ func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) {
 			return now.Add(next - w.cfg.LeaseMargin), nil
 		},
 	}
-	disp := w.proc.process(ctx, &d.msg, l)
+	disp = w.proc.process(ctx, &d.msg, l)
 	log := w.log.With(slog.String("message_id", d.msg.ID))
 	switch disp.action {
 	case actAck:
 		del.add(d.receipt)
+		return disp, true
 	case actRetry, actDefer:
 		w.setVisibility(d, disp.delay, log)
 	case actDeadLetter:
-		w.deadLetter(d, disp.reason, del, log)
+		return disp, w.deadLetter(d, disp.reason, del, log)
 	case actLeave:
 	}
+	return disp, false
 }
 
 func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Logger) {
@@ -360,11 +388,16 @@ func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Lo
 // deadLetter sends the message to the dead-letter queue with its reason and
 // deletes it from the source; without a dead-letter queue it is left for
 // SQS's own redrive (or retention) and logged.
-func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) {
+func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) bool {
 	dl := deadLetter{body: d.body, attrs: d.attrs, messageID: d.msg.ID, firstRecv: d.firstRecv, reason: reason}
-	if dl.send(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, w.cfg.Metrics, log) {
-		del.add(d.receipt)
+	if w.queue.DeadLetterFIFO {
+		dl.groupID = cmp.Or(d.group, d.msg.ID)
 	}
+	if !dl.send(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, w.cfg.Metrics, log) {
+		return false
+	}
+	del.add(d.receipt)
+	return true
 }
 
 // changeVisibility makes a message visible again after delay (within SQS's limits).
@@ -383,6 +416,10 @@ type deadLetter struct {
 	messageID string
 	firstRecv string // epoch milliseconds, as SQS gives it; may be empty
 	reason    string
+	// groupID is the message's MessageGroupId when the dead-letter queue is
+	// a FIFO queue: the copy is sent in the same group, with a
+	// deduplication id derived from messageID. Empty: a standard queue.
+	groupID string
 }
 
 // maxMessageAttributes is SQS's limit per message.
@@ -433,7 +470,11 @@ func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metri
 		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
 		return false
 	}
-	_, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: dl.attributes()})
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: dl.attributes()}
+	if dl.groupID != "" {
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String(dl.groupID), aws.String(dedupID(dl.messageID))
+	}
+	_, err := api.SendMessage(ctx, in)
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
 		metrics.count(OutcomeSendFailed)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,9 @@ import (
 
 // cmdSetup creates the queue, its dead-letter queue and the claim table,
 // idempotently, wherever the SDK's configuration points (AWS_ENDPOINT_URL
-// for an emulator).
+// for an emulator). With -fifo both queues are FIFO queues (".fifo" is
+// added to names that lack it) without content-based deduplication:
+// producers give each message a deduplication id.
 func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("setup", io)
 	queue := s.String("queue-name", "QUEUE_NAME", "payments", "source queue name")
@@ -28,11 +31,20 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
 	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
+	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
+	*fifo = *fifo || strings.HasSuffix(*queue, fifoSuffix) // SQS would refuse a standard queue so named
+	base := strings.TrimSuffix(*queue, fifoSuffix)
 	if *dlq == "" {
-		*dlq = *queue + "-dlq"
+		*dlq = base + "-dlq"
+	}
+	fifoAttrs := map[string]string{}
+	if *fifo {
+		*queue, *dlq = base+fifoSuffix, strings.TrimSuffix(*dlq, fifoSuffix)+fifoSuffix
+		fifoAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
+		fifoAttrs[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
 	}
 	if *visibility < 0 || *visibility > 12*time.Hour || *visibility%time.Second != 0 {
 		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
@@ -48,9 +60,9 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	sq := sqs.NewFromConfig(cfg)
-	dlqURL, err := createQueue(ctx, sq, *dlq, map[string]string{
+	dlqURL, err := createQueue(ctx, sq, *dlq, withAttrs(fifoAttrs, map[string]string{
 		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600),
-	})
+	}))
 	if err != nil {
 		return err
 	}
@@ -64,11 +76,11 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		"deadLetterTargetArn": arn.Attributes[string(types.QueueAttributeNameQueueArn)],
 		"maxReceiveCount":     strconv.Itoa(*maxReceives),
 	})
-	queueURL, err := createQueue(ctx, sq, *queue, map[string]string{
+	queueURL, err := createQueue(ctx, sq, *queue, withAttrs(fifoAttrs, map[string]string{
 		string(types.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(visibility.Seconds())),
 		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(retention.Seconds())),
 		string(types.QueueAttributeNameRedrivePolicy):          string(policy),
-	})
+	}))
 	if err != nil {
 		return err
 	}
@@ -113,8 +125,20 @@ func createQueue(ctx context.Context, api *sqs.Client, name string, attrs map[st
 		return "", fmt.Errorf("setup: create queue %s: %w", name, err)
 	}
 	url := aws.ToString(got.QueueUrl)
+	// A queue's type is fixed at creation: FifoQueue cannot be set again.
+	attrs = maps.Clone(attrs)
+	delete(attrs, string(types.QueueAttributeNameFifoQueue))
 	if _, err := api.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: attrs}); err != nil {
 		return "", fmt.Errorf("setup: set attributes of %s: %w", name, err)
 	}
 	return url, nil
+}
+
+// fifoSuffix ends every FIFO queue's name.
+const fifoSuffix = ".fifo"
+
+// withAttrs returns attrs with extra added.
+func withAttrs(extra, attrs map[string]string) map[string]string {
+	maps.Copy(attrs, extra)
+	return attrs
 }

@@ -90,6 +90,9 @@ type Stats struct {
 	Lookups int64 `json:"lookups,omitempty"`
 	// ChargesByPayment counts charges per payment_id.
 	ChargesByPayment map[string]int64 `json:"charges_by_payment"`
+	// ChargeLog lists the payment_id of every charge in the order they were
+	// made (a payment charged twice appears twice): what order tests check.
+	ChargeLog []string `json:"charge_log"`
 }
 
 // DuplicateCharges returns the payment ids charged more than once, sorted.
@@ -226,6 +229,7 @@ func (s *Server) Stats() Stats {
 	for id, n := range s.stats.ChargesByPayment {
 		st.ChargesByPayment[id] = n
 	}
+	st.ChargeLog = slices.Clone(s.stats.ChargeLog)
 	return st
 }
 
@@ -465,6 +469,7 @@ func (s *Server) result(p provider.Payment) (int, []byte) {
 	}
 	s.stats.Charges++
 	s.stats.ChargesByPayment[p.PaymentID]++
+	s.stats.ChargeLog = append(s.stats.ChargeLog, p.PaymentID)
 	ch := provider.Charge{ID: newChargeID(), Status: provider.StatusSucceeded}
 	s.charges[p.PaymentID] = append(s.charges[p.PaymentID], provider.ChargeRecord{
 		ID: ch.ID, PaymentID: p.PaymentID, Amount: p.Amount, Currency: p.Currency, Status: ch.Status, Created: s.cfg.Now().UTC(),

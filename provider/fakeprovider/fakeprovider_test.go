@@ -94,6 +94,7 @@ func read(t *testing.T, status int, h http.Header, body io.Reader) answer {
 func wantStats(t *testing.T, got, want fakeprovider.Stats) {
 	t.Helper()
 	got.ChargesByPayment, want.ChargesByPayment = nil, nil
+	got.ChargeLog, want.ChargeLog = nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("stats = %+v, want %+v", got, want)
 	}
@@ -416,7 +417,7 @@ func TestStatsEndpointAndRoutes(t *testing.T) {
 	}
 	want := map[string]any{
 		"calls": 3.0, "charges": 1.0, "replays": 1.0, "conflicts": 0.0, "mismatches": 0.0,
-		"declines": 1.0, "faults": 0.0, "charges_by_payment": map[string]any{"pay_a": 1.0},
+		"declines": 1.0, "faults": 0.0, "charges_by_payment": map[string]any{"pay_a": 1.0}, "charge_log": []any{"pay_a"},
 	}
 	if !reflect.DeepEqual(raw, want) {
 		t.Errorf("GET /stats = %v, want %v", raw, want)
@@ -590,4 +591,17 @@ func TestKeyInProgressIsNotForgotten(t *testing.T) {
 			t.Errorf("charges = %d, want 1", st.Charges)
 		}
 	})
+}
+
+// TestChargeLog: charges are logged by payment id in the order they were
+// made; replays and failures before charging are not charges.
+func TestChargeLog(t *testing.T) {
+	t.Parallel()
+	fake, srv := start(t, fakeprovider.Config{FailFirst: func(key string, _ provider.Payment) bool { return key == "k2" }})
+	for _, c := range []struct{ key, id string }{{"k1", "pay_1"}, {"k2", "pay_2"}, {"k3", "pay_3"}, {"k1", "pay_1"}, {"k2", "pay_2"}} {
+		post(t, srv, c.key, `{"payment_id":"`+c.id+`","amount":100,"currency":"EUR"}`)
+	}
+	if got, want := fake.Stats().ChargeLog, []string{"pay_1", "pay_3", "pay_2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("charge log %v, want %v", got, want)
+	}
 }
