@@ -84,7 +84,9 @@ type Config struct {
 	Owner string
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives counts. Defaults to unregistered metrics.
+	// Metrics receives counts; NewMetrics(reg) registers them with reg.
+	// Defaults to unregistered metrics (Worker.HTTPHandler serves them all
+	// the same).
 	Metrics *Metrics
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/payment"
@@ -190,9 +187,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		return startError(err)
 	}
 
-	var stopping atomic.Bool
 	if *metricsAddr != "" {
-		srv, err := serveMetrics(*metricsAddr, reg, w, &stopping, ap.log)
+		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
 		if err != nil {
 			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
 		}
@@ -202,43 +198,17 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	go func() {
-		<-ctx.Done()
-		stopping.Store(true)
-	}()
 	return w.Run(ctx)
 }
 
-// serveMetrics serves /metrics, /healthz (the process is up) and /readyz
-// (polling, not stopping, and no dependency breaker open).
-func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, stopping *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// serveMetrics serves w.HTTPHandler: /metrics, /healthz (the process is up)
+// and /readyz (polling, not stopping, and no dependency breaker open).
+func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-w.Ready():
-		default:
-			http.Error(rw, "not ready: starting", http.StatusServiceUnavailable)
-			return
-		}
-		if stopping.Load() {
-			http.Error(rw, "not ready: stopping", http.StatusServiceUnavailable)
-			return
-		}
-		if err := w.Health(); err != nil {
-			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(rw, "ready")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: w.HTTPHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", slog.Any("error", err))
