@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -54,6 +55,11 @@ type LambdaConfig struct {
 	Logger *slog.Logger
 	// Metrics receives counts. Defaults to unregistered metrics.
 	Metrics *Metrics
+	// EMF receives the outcome counts after each invocation, as one line
+	// of CloudWatch Embedded Metric Format (namespace EMFNamespace; see
+	// docs/runbook.md). Defaults to os.Stdout, which Lambda sends to
+	// CloudWatch Logs; io.Discard writes none.
+	EMF io.Writer
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -64,6 +70,7 @@ type Lambda struct {
 	queue QueueInfo
 	proc  *processor
 	log   *slog.Logger
+	emf   *emf
 }
 
 // NewLambda checks cfg and, when QueueURL is set, reads the queue's
@@ -123,6 +130,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	l.cfg = cfg
 	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
 	l.proc = shared.processor(l.log, l.queue)
+	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
 }
 
@@ -132,11 +140,14 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 // dead-lettered) are left out of the response, so Lambda deletes them; the
 // others (held elsewhere, failed, lease lost, poison without a dead-letter
 // queue) are reported as batch item failures and SQS redelivers them.
+// Before it returns, the batch's outcome counts are written to
+// LambdaConfig.EMF as one CloudWatch Embedded Metric Format line.
 func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = l.cfg.Now().Add(15 * time.Minute) // Lambda's longest invocation
 	}
+	defer l.writeMetrics()
 	var (
 		mu     sync.Mutex
 		failed []events.SQSBatchItemFailure
