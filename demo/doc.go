@@ -1,5 +1,6 @@
 // Package demo reproduces, with measured numbers, the four experiments that
-// explain the claim protocol (the design document's "The problem"):
+// explain the claim protocol (the README's "Why: the demo"; the protocol
+// itself is in the repository's docs/protocol.md):
 //
 //  1. Race: a duplicate arrives while the first copy is still being charged.
 //     No deduplication charges it twice; check, charge, then remember charges

@@ -30,4 +30,12 @@
 //
 // Run stops receiving when its context ends, returns messages it has not
 // started to the queue at once, and waits up to ShutdownTimeout for the rest.
+//
+// Metrics: NewMetrics(reg) registers the Prometheus metrics with reg (and
+// nothing registers them with the default registry); Worker.HTTPHandler
+// serves them with /healthz and /readyz. A Lambda writes its outcome counts
+// as one CloudWatch Embedded Metric Format line per invocation to
+// LambdaConfig.EMF (stdout). What each outcome means and what to do about it
+// is in the repository's docs/runbook.md; the claim row and the failure
+// classes are in docs/protocol.md.
 package worker
