@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 )
@@ -60,6 +61,9 @@ type LambdaConfig struct {
 	// docs/runbook.md). Defaults to os.Stdout, which Lambda sends to
 	// CloudWatch Logs; io.Discard writes none.
 	EMF io.Writer
+	// TracerProvider traces each record as Config.TracerProvider does.
+	// Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -86,6 +90,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	shared := Config{
 		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
+		TracerProvider: cfg.TracerProvider,
 	}
 	shared.setDefaults()
 	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover
