@@ -50,6 +50,7 @@ type app struct {
 	store   *dynamo.Store
 	handler worker.Handler
 	decoder worker.Decoder
+	tracing *tracing // OTEL_*: off unless they turn it on
 }
 
 func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
@@ -87,12 +88,17 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	if err != nil {
+		return nil, err
+	}
+	tr.instrument(&cfg)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)
 	}
 	return &app{
-		log: log, aws: cfg, store: store,
+		log: log, aws: cfg, store: store, tracing: tr,
 		handler: payment.Handler{Provider: client},
 		decoder: payment.Decoder{KeyFrom: keyFrom},
 	}, nil
@@ -166,6 +172,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	defer ap.tracing.shutdown(ap.log)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -177,7 +184,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws), Store: ap.store,
 		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
-		Owner: *owner, Logger: ap.log, Metrics: metrics,
+		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),
 		OutageCover: *outageCover, HoldFor: *holdFor, BreakerThreshold: *breakerThreshold, ProbeInterval: *probeInterval,
 	})
 	if err != nil {
