@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -165,4 +166,54 @@ func under(byID map[string]*tracepb.Span, s *tracepb.Span, ancestor string) bool
 		}
 	}
 	return false
+}
+
+// TestLambdaTracing: the Lambda bootstrap exports each invocation's spans
+// before it answers (the process is frozen between invocations, so a timer
+// would not run): when the response arrives the record's span is there,
+// parented on the record's traceparent attribute.
+func TestLambdaTracing(t *testing.T) {
+	t.Parallel()
+	const (
+		traceID = "0af7651916cd43dd8448eb211c80319c"
+		spanID  = "b7ad6b7169203331"
+	)
+	rie := lambdaRIEBinary(t)
+	rec := newOTLPReceiver(t)
+	e := newEnv(t, envOptions{visibility: 6 * lambdaFunctionTimeout * time.Second})
+	fn := lambdaStart(t, rie, lambdaBuildBootstrap(t), []string{
+		"QUEUE_URL=" + e.queueURL,
+		"CLAIM_TABLE=" + e.table,
+		"PROVIDER_URL=" + e.provURL,
+		"LOG_LEVEL=info",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + rec.srv.URL,
+	})
+	ev := e.lambdaEvent([]string{lambdaBody(t, payments("lambdatrace", 1)[0])})
+	ev.Records[0].MessageAttributes = map[string]events.SQSMessageAttribute{
+		worker.TraceParentAttribute: {DataType: "String", StringValue: aws.String("00-" + traceID + "-" + spanID + "-01")},
+	}
+	resp, raw := fn.invoke(t, ev)
+	if failed := lambdaFailures(t, resp); len(failed) != 0 {
+		t.Fatalf("response %s: failures %q", raw, failed)
+	}
+	var msg *tracepb.Span
+	names := map[string]bool{}
+	for _, s := range rec.received() { // no waiting: the spans came before the response
+		names[s.Name] = true
+		if s.Name == worker.SpanMessage {
+			msg = s
+		}
+	}
+	if msg == nil {
+		t.Fatalf("no %s span exported by the time the invocation answered (spans: %v)", worker.SpanMessage, names)
+	}
+	if got, parent := hex.EncodeToString(msg.TraceId), hex.EncodeToString(msg.ParentSpanId); got != traceID || parent != spanID {
+		t.Errorf("message span trace %s parent %s, want %s %s", got, parent, traceID, spanID)
+	}
+	for _, name := range []string{worker.SpanAcquire, worker.SpanHandle, worker.SpanComplete} {
+		if !names[name] {
+			t.Errorf("no %s span (spans: %v)", name, names)
+		}
+	}
+	fn.checkLog(t)
 }
