@@ -113,10 +113,54 @@ type Charger interface {
 	Charge(ctx context.Context, key string, p provider.Payment) (provider.Charge, error)
 }
 
+// Looker lists a payment's charges at the provider; *provider.Client is one.
+type Looker interface {
+	Lookup(ctx context.Context, paymentID string) ([]provider.ChargeRecord, error)
+}
+
+// DefaultKeyLifetime is how long a provider is assumed to remember an
+// idempotency key when Handler.KeyLifetime is zero (Stripe: 24 hours).
+const DefaultKeyLifetime = 24 * time.Hour
+
+// ReasonReconcile is the dead-letter reason of a payment retried past the
+// provider's key lifetime that could not be looked up.
+const ReasonReconcile = "outcome unknown past the provider's key lifetime: reconcile"
+
 // Handler is the worker.Handler that charges payments.
 type Handler struct {
 	// Provider charges; the message's idempotency key is forwarded to it.
 	Provider Charger
+	// Lookup, if set, lists a payment's charges: a retry whose key the
+	// provider may have forgotten (see KeyLifetime) completes with a charge
+	// found there, or charges when there is none. Nil: such a retry is
+	// dead-lettered with ReasonReconcile, never charged blindly.
+	Lookup Looker
+	// KeyLifetime is how long the provider remembers a key after its first
+	// use. A message whose key was first acquired (Message.FirstAt) longer
+	// ago than KeyLifetime minus a margin (see PastKeyLifetime) is looked up
+	// before it is charged. Defaults to DefaultKeyLifetime.
+	KeyLifetime time.Duration
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// KeyLifetimeMargin is how long before the provider's key lifetime ends a
+// retry is already treated as past it: a twenty-fourth of the lifetime, at
+// most an hour, for clock skew and for the time the charge takes.
+func KeyLifetimeMargin(lifetime time.Duration) time.Duration {
+	return min(lifetime/24, time.Hour)
+}
+
+// PastKeyLifetime reports whether a key first used at firstAt may have been
+// forgotten by a provider that remembers keys for lifetime: it is at least
+// lifetime minus KeyLifetimeMargin old at now. A zero firstAt (a claim
+// stored before first use was recorded) is treated as past: its age is
+// unknown.
+func PastKeyLifetime(firstAt, now time.Time, lifetime time.Duration) bool {
+	if firstAt.IsZero() {
+		return true
+	}
+	return now.Sub(firstAt) >= lifetime-KeyLifetimeMargin(lifetime)
 }
 
 var _ worker.Handler = Handler{}
@@ -129,6 +173,12 @@ func (h Handler) Handle(ctx context.Context, m *worker.Message) (string, error) 
 	p, ok := m.Payload.(provider.Payment)
 	if !ok {
 		return "", worker.Permanentf("payload is %T, not a payment: use payment.Decoder", m.Payload)
+	}
+	if h.pastKeyLifetime(m) {
+		id, found, err := h.reconcile(ctx, m, p)
+		if err != nil || found {
+			return id, err
+		}
 	}
 	ch, err := h.Provider.Charge(ctx, m.Key, p)
 	if err == nil {
@@ -153,6 +203,55 @@ func (h Handler) Handle(ctx context.Context, m *worker.Message) (string, error) 
 		// payment's fault. Retried with the same key, never dead-lettered.
 		return "", worker.Dependency("provider", err)
 	}
+}
+
+func (h Handler) pastKeyLifetime(m *worker.Message) bool {
+	lifetime := h.KeyLifetime
+	if lifetime <= 0 {
+		lifetime = DefaultKeyLifetime
+	}
+	now := time.Now
+	if h.Now != nil {
+		now = h.Now
+	}
+	return PastKeyLifetime(m.FirstAt, now(), lifetime)
+}
+
+// reconcile looks up a payment whose key the provider may have forgotten:
+// a charge found there is the result; none found means it may be charged.
+func (h Handler) reconcile(ctx context.Context, m *worker.Message, p provider.Payment) (string, bool, error) {
+	if h.Lookup == nil {
+		return "", false, worker.Permanentf("%s (first attempt %s, lookup off)", ReasonReconcile, firstAt(m))
+	}
+	charges, err := h.Lookup.Lookup(ctx, p.PaymentID)
+	switch {
+	case errors.Is(err, provider.ErrNoLookup):
+		return "", false, worker.Permanent(fmt.Sprintf("%s (first attempt %s)", ReasonReconcile, firstAt(m)), err)
+	case err != nil:
+		var pe *provider.Error
+		if errors.As(err, &pe) && pe.Kind == provider.KindBadRequest {
+			return "", false, worker.Permanent("provider rejected the lookup", err)
+		}
+		return "", false, worker.Dependency("provider", err)
+	}
+	for _, c := range charges {
+		if c.Status != provider.StatusSucceeded {
+			continue
+		}
+		if c.Amount != p.Amount || c.Currency != p.Currency {
+			return "", false, worker.Permanentf("payment %q was charged %d %s at the provider (charge %s), not %d %s: payment id reused",
+				p.PaymentID, c.Amount, c.Currency, c.ID, p.Amount, p.Currency)
+		}
+		return c.ID, true, nil
+	}
+	return "", false, nil
+}
+
+func firstAt(m *worker.Message) string {
+	if m.FirstAt.IsZero() {
+		return "unknown"
+	}
+	return m.FirstAt.UTC().Format(time.RFC3339)
 }
 
 // InFlightBackoff is the least wait before retrying a payment whose key the

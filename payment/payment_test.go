@@ -73,7 +73,7 @@ func TestHandlerOutcomes(t *testing.T) {
 	}
 	h := payment.Handler{Provider: client}
 	handle := func(key, id string) (string, error) {
-		m := &worker.Message{Key: key, Payload: provider.Payment{PaymentID: id, Amount: 500, Currency: "EUR"}}
+		m := &worker.Message{Key: key, Payload: provider.Payment{PaymentID: id, Amount: 500, Currency: "EUR"}, FirstAt: time.Now()}
 		return h.Handle(context.Background(), m)
 	}
 

@@ -175,6 +175,10 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	return events.SQSEventResponse{BatchItemFailures: failed}, nil
 }
 
+// Queue returns what the Lambda read about its event source queue: zero
+// without a QueueURL.
+func (l *Lambda) Queue() QueueInfo { return l.queue }
+
 // record processes one record and reports whether it is done.
 func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) bool {
 	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])

@@ -42,6 +42,9 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if err != nil {
 		return startError(err)
 	}
+	if *queueURL != "" {
+		ap.warnKeyLifetime(h.Queue())
+	}
 	handle := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		defer ap.tracing.flush(ctx, ap.log) // the process is frozen until the next invocation
 		return h.Handle(ctx, ev)

@@ -25,8 +25,9 @@ import (
 // appSettings are the settings shared by `worker run` and the Lambda mode.
 type appSettings struct {
 	table, keyPrefix, providerURL, providerKey, keyFrom, logLevel *string
-	retention, providerTimeout                                    *time.Duration
+	retention, providerTimeout, keyLifetime                       *time.Duration
 	providerAttempts                                              *int
+	lookup                                                        *bool
 }
 
 func defineApp(s *settings) *appSettings {
@@ -40,17 +41,32 @@ func defineApp(s *settings) *appSettings {
 		retention:        s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
 		providerTimeout:  s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
 		providerAttempts: s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
+		keyLifetime:      s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
+		lookup:           s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
 	}
 }
 
 // app is what the settings build: logger, claim store, handler and decoder.
 type app struct {
-	log     *slog.Logger
-	aws     aws.Config
-	store   *dynamo.Store
-	handler worker.Handler
-	decoder worker.Decoder
-	tracing *tracing // OTEL_*: off unless they turn it on
+	log         *slog.Logger
+	aws         aws.Config
+	store       *dynamo.Store
+	client      *provider.Client
+	handler     worker.Handler
+	decoder     worker.Decoder
+	keyLifetime time.Duration
+	tracing     *tracing // OTEL_*: off unless they turn it on
+}
+
+// warnKeyLifetime says at start when a message can be retried after the
+// provider has forgotten its key: queue retention plus the dead-letter
+// queue's exceeds the key lifetime.
+func (a *app) warnKeyLifetime(q worker.QueueInfo) {
+	if longest := q.Retention + q.DeadLetterRetention; longest > a.keyLifetime {
+		a.log.Warn("a retry can come after the provider has forgotten its key; late retries are looked up before charging, or set aside to reconcile",
+			slog.String("provider_key_lifetime", a.keyLifetime.String()),
+			slog.String("queue_retention", q.Retention.String()), slog.String("dlq_retention", q.DeadLetterRetention.String()))
+	}
 }
 
 func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
@@ -73,17 +89,21 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if *a.providerAttempts < 1 {
 		return nil, usagef("PROVIDER_ATTEMPTS (-provider-attempts) %d: must be at least 1", *a.providerAttempts)
 	}
+	if *a.keyLifetime <= 0 {
+		return nil, usagef("PROVIDER_KEY_LIFETIME (-provider-key-lifetime) %s: must be positive", *a.keyLifetime)
+	}
 	keyFrom, err := payment.ParseKeySource(*a.keyFrom)
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 	client, err := provider.NewClient(provider.Config{
 		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
+		Logger: log,
 	})
 	if err != nil {
 		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level}))
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err
@@ -97,11 +117,23 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)
 	}
+	h := payment.Handler{Provider: client, KeyLifetime: *a.keyLifetime}
+	if *a.lookup {
+		h.Lookup = client
+	}
 	return &app{
-		log: log, aws: cfg, store: store, tracing: tr,
-		handler: payment.Handler{Provider: client},
-		decoder: payment.Decoder{KeyFrom: keyFrom},
+		log: log, aws: cfg, store: store, client: client, tracing: tr,
+		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
 	}, nil
+}
+
+// readableDurations writes durations in log lines as Go duration strings
+// ("30s", "1.5s") rather than the JSON handler's nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // startError turns the worker's refusal to start into a usage error (exit
@@ -194,6 +226,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		return startError(err)
 	}
 
+	ap.warnKeyLifetime(w.Queue())
+	registerProviderMetrics(reg, ap.client)
 	if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
 		if err != nil {
@@ -223,4 +257,20 @@ func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, log *
 	}()
 	log.Info("serving metrics", slog.String("addr", "http://"+strings.TrimPrefix(ln.Addr().String(), "http://")))
 	return srv, nil
+}
+
+// registerProviderMetrics exports the provider client's attempt counters.
+func registerProviderMetrics(reg prometheus.Registerer, c *provider.Client) {
+	for _, m := range []struct {
+		name, help string
+		get        func(provider.ClientStats) int64
+	}{
+		{"claimfirst_provider_attempts_total", "HTTP requests sent to the payment provider.", func(s provider.ClientStats) int64 { return s.Attempts }},
+		{"claimfirst_provider_retries_total", "Provider requests retried after an unknown outcome.", func(s provider.ClientStats) int64 { return s.Retries }},
+		{"claimfirst_provider_exhausted_total", "Provider calls that gave up after their last attempt.", func(s provider.ClientStats) int64 { return s.Exhausted }},
+	} {
+		get := m.get
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
+			func() float64 { return float64(get(c.Stats())) }))
+	}
 }
