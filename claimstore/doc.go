@@ -20,4 +20,9 @@
 // Store is the contract. Package memory implements it in process (tests, the
 // demo); package dynamo implements it on a DynamoDB table; package
 // claimstoretest holds the conformance suite both pass.
+//
+// The repository's docs/protocol.md is the reference for the stored row
+// (every attribute with its DynamoDB type and unit), each write's exact
+// condition, and the state diagram; docs/runbook.md says how to inspect and
+// repair a claim in production.
 package claimstore

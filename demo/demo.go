@@ -227,7 +227,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			sep = ""
 		}
 		first = false
-		// Headings stay on one line, as the design document shows them.
+		// Headings stay on one line, as the README shows them.
 		err = opts.progress.write(func() error {
 			_, err := fmt.Fprintf(w, "%s%s\n\n%s\n%s\n", sep, e.heading, formatTable(rows), wrap(e.summary, textWidth))
 			return err

@@ -175,7 +175,7 @@ func TestOptionsValidation(t *testing.T) {
 	}
 }
 
-// row is a table row as the design document shows it: a label, two or more
+// row is a table row as the README shows it: a label, two or more
 // spaces, then "name number" pairs separated by two or more spaces, then the
 // mark: "ok", "double N", "lost N" or "double N, lost M".
 var (
@@ -251,7 +251,7 @@ func parseOutput(t *testing.T, out string) (headings []string, rows []parsedRow)
 
 // TestRunOutput checks the printed tables' shape and that their numbers are
 // the measured ones: every table row parses as a label, pairs and a mark, the
-// labels and pair names are those of the design document, every experiment
+// labels and pair names are those of the README, every experiment
 // has a heading on one line, every mark agrees with its row's numbers, and no
 // line that is not a row looks like one.
 func TestRunOutput(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package demo reproduces, with measured numbers, the eight experiments that
-// explain the claim protocol (the design document's "The problem") and what
-// it must get right around it:
+// explain the claim protocol (the README's "Why: the demo"; the protocol
+// itself is in the repository's docs/protocol.md) and what it must get right
+// around it:
 //
 //  1. Race: a duplicate arrives while the first copy is still being charged.
 //     No deduplication charges it twice; check, charge, then remember charges

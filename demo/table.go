@@ -64,7 +64,7 @@ type tableRow struct {
 	mark  Effects
 }
 
-// formatTable lays rows out as the design document shows them: the label,
+// formatTable lays rows out as the README shows them: the label,
 // padded so that the pairs line up, two or more spaces, then the pairs three
 // spaces apart, then the row's mark. Every row of one table has the same pair
 // names.

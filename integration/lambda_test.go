@@ -142,6 +142,8 @@ func TestLambdaBatches(t *testing.T) {
 		}
 	}
 	fn.checkLog(t)
+	// The invocations' metrics, as CloudWatch would read them from the log.
+	fn.checkEMF(t, 2, map[string]float64{worker.OutcomeCompleted: float64(len(ps)), worker.OutcomeDeadLettered: 2})
 }
 
 // TestLambdaPoisonWithoutQueueURL: without QUEUE_URL the function cannot

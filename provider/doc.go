@@ -2,8 +2,9 @@
 // provider that forwards the message's idempotency key, so that a charge whose
 // response was lost can be asked for again without charging twice.
 //
-// The protocol (DESIGN.md, "The payment provider protocol"; modelled on the
-// IETF draft "The Idempotency-Key HTTP Header Field"):
+// The protocol (modelled on the IETF draft "The Idempotency-Key HTTP Header
+// Field"; the failure classes and what the worker does with each are in the
+// repository's docs/protocol.md):
 //
 //	POST {BaseURL}/v1/charges
 //	Idempotency-Key: <key>

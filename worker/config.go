@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/claimfirst/claimfirst/claimstore"
 )
 
@@ -84,8 +86,15 @@ type Config struct {
 	Owner string
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives counts. Defaults to unregistered metrics.
+	// Metrics receives counts; NewMetrics(reg) registers them with reg.
+	// Defaults to unregistered metrics (Worker.HTTPHandler serves them all
+	// the same).
 	Metrics *Metrics
+	// TracerProvider, if set, traces each message: a span from processing
+	// to disposition, with children for acquire, handle and complete, and
+	// the producer's trace as parent when the message carries a traceparent
+	// attribute (see SpanMessage). Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -240,6 +249,7 @@ func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
 		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
 		schedule:   newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
 		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
+		tracer: newTracer(c.TracerProvider),
 	}
 }
 

@@ -52,4 +52,14 @@
 // FIFO dead-letter queue with their group id and a deduplication id derived
 // from the message id, and do not stop their group. On a standard queue a
 // MessageGroupId (fair queues) serializes nothing.
+//
+// # Metrics
+//
+// NewMetrics(reg) registers the Prometheus metrics with reg (and
+// nothing registers them with the default registry); Worker.HTTPHandler
+// serves them with /healthz and /readyz. A Lambda writes its outcome counts
+// as one CloudWatch Embedded Metric Format line per invocation to
+// LambdaConfig.EMF (stdout). What each outcome means and what to do about it
+// is in the repository's docs/runbook.md; the claim row and the failure
+// classes are in docs/protocol.md.
 package worker

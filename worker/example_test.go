@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"os/signal"
@@ -72,6 +73,7 @@ func ExampleLambda_Handle() {
 		Store:     memory.New(memory.Config{}),
 		Retention: 7 * 24 * time.Hour,
 		Logger:    slog.New(slog.DiscardHandler),
+		EMF:       io.Discard, // in Lambda, leave it nil: metrics go to stdout
 		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
 			calls.Add(1)
 			if m.Body == "fail" {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 )
@@ -55,6 +57,14 @@ type LambdaConfig struct {
 	Logger *slog.Logger
 	// Metrics receives counts. Defaults to unregistered metrics.
 	Metrics *Metrics
+	// EMF receives the outcome counts after each invocation, as one line
+	// of CloudWatch Embedded Metric Format (namespace EMFNamespace; see
+	// docs/runbook.md). Defaults to os.Stdout, which Lambda sends to
+	// CloudWatch Logs; io.Discard writes none.
+	EMF io.Writer
+	// TracerProvider traces each record as Config.TracerProvider does.
+	// Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -65,6 +75,7 @@ type Lambda struct {
 	queue QueueInfo
 	proc  *processor
 	log   *slog.Logger
+	emf   *emf
 }
 
 // NewLambda checks cfg and, when QueueURL is set, reads the queue's
@@ -80,6 +91,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	shared := Config{
 		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
+		TracerProvider: cfg.TracerProvider,
 	}
 	shared.setDefaults()
 	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover
@@ -124,6 +136,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	l.cfg = cfg
 	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
 	l.proc = shared.processor(l.log, l.queue)
+	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
 }
 
@@ -137,11 +150,14 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 // concurrently; after a record of a group that is not done, the group's
 // later records are reported too, without being processed (see the package
 // documentation).
+// Before it returns, the batch's outcome counts are written to
+// LambdaConfig.EMF as one CloudWatch Embedded Metric Format line.
 func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = l.cfg.Now().Add(15 * time.Minute) // Lambda's longest invocation
 	}
+	defer l.writeMetrics()
 	var (
 		mu     sync.Mutex
 		failed []events.SQSBatchItemFailure

@@ -43,7 +43,9 @@ type Metrics struct {
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
-// registered, as in tests that run many workers in one process).
+// registered, as in tests that run many workers in one process). Nothing
+// registers them with prometheus.DefaultRegisterer unless you pass it here;
+// Worker.HTTPHandler serves them either way.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -92,10 +94,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
 	if reg != nil {
-		reg.MustRegister(m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-			m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked)
+		reg.MustRegister(m.collectors()...)
 	}
 	return m
+}
+
+// collectors returns every metric of m, for registering.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }

@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/claimfirst/claimfirst/claimstore"
 )
 
@@ -112,13 +114,16 @@ type processor struct {
 	deferSlack time.Duration
 	breaker    *breaker // nil: none (Lambda)
 	metrics    *Metrics
+	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
 	now        func() time.Time
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
 // cancelled when the worker stops receiving, only when in-flight work must end.
-func (p *processor) process(ctx context.Context, m *Message, l lease) disposition {
+func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disposition) {
+	ctx, span := p.startMessage(ctx, m)
+	defer func() { endMessage(span, m, disp) }()
 	log := p.log.With(slog.String("message_id", m.ID), slog.Int("receive_count", m.ReceiveCount))
 	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
@@ -235,7 +240,9 @@ const storeDependency = "claimstore"
 
 // acquire claims m's key, retrying a failing store in process while the
 // message can be held (its visibility extended meanwhile).
-func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (claimstore.Acquisition, error) {
+func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (acq claimstore.Acquisition, err error) {
+	ctx, span := p.span(ctx, SpanAcquire)
+	defer func() { endAcquire(span, acq, err) }()
 	for try := 0; ; try++ {
 		now := p.now()
 		// The claim is worth nothing once the lease it would start has ended.
@@ -257,7 +264,9 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 // complete completes the claim, retrying a failing store in process while
 // the message can be held: the work is done, and a redelivery would only
 // find the claim in progress and wait for its lease.
-func (p *processor) complete(ctx context.Context, log *slog.Logger, h claimstore.Holder, result string, l *lease) error {
+func (p *processor) complete(ctx context.Context, log *slog.Logger, h claimstore.Holder, result string, l *lease) (err error) {
+	ctx, span := p.span(ctx, SpanComplete)
+	defer func() { endStep(span, err, errors.Is(err, claimstore.ErrLeaseLost)) }()
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 		err := p.store.Complete(cctx, claimstore.CompleteParams{Holder: h, Result: result, ExpiresAt: p.now().Add(p.retention)})
@@ -347,6 +356,8 @@ func (p *processor) holdDelay(try int) time.Duration {
 // handle runs the handler with heartbeats. lost reports that the lease was
 // lost while it ran, whatever the handler returned, or before it could start.
 func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, h claimstore.Holder, l lease) (result string, err error, lost bool) {
+	ctx, span := p.span(ctx, SpanHandle)
+	defer func() { endStep(span, err, lost) }()
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if !l.deadline.IsZero() {

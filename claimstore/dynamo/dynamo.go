@@ -1,9 +1,10 @@
 // Package dynamo is the claimstore.Store on a DynamoDB table.
 //
 // The table has a string partition key (default attribute "pk"), no sort key,
-// and TTL enabled on a number attribute (default "expires_at"); see the design
-// row in docs/protocol.md. Every operation is a conditional write, and none
-// reads first:
+// and TTL enabled on a number attribute (default "expires_at"); the
+// repository's docs/protocol.md describes each attribute of the row with its
+// type and unit. Every operation is a conditional write, and none reads
+// first:
 //
 //   - Acquire puts the whole new row (token 1, a new acq) guarded by
 //     attribute_not_exists(pk). If the condition fails,

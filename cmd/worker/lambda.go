@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -28,9 +29,11 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if err != nil {
 		return err
 	}
+	defer ap.tracing.shutdown(ap.log)
 	cfg := worker.LambdaConfig{
 		Store: ap.store, Handler: ap.handler, Decoder: ap.decoder,
 		QueueURL: *queueURL, Retention: *a.retention, Concurrency: *concurrency, Logger: ap.log,
+		TracerProvider: ap.tracing.TracerProvider(),
 	}
 	if *queueURL != "" {
 		cfg.SQS = sqs.NewFromConfig(ap.aws)
@@ -42,6 +45,10 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if *queueURL != "" {
 		ap.warnKeyLifetime(h.Queue())
 	}
-	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	handle := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		defer ap.tracing.flush(ctx, ap.log) // the process is frozen until the next invocation
+		return h.Handle(ctx, ev)
+	}
+	lambda.StartWithOptions(handle, lambda.WithContext(ctx))
 	return nil
 }

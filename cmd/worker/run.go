@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/payment"
@@ -58,6 +55,7 @@ type app struct {
 	handler     worker.Handler
 	decoder     worker.Decoder
 	keyLifetime time.Duration
+	tracing     *tracing // OTEL_*: off unless they turn it on
 }
 
 // warnKeyLifetime says at start when a message can be retried after the
@@ -110,6 +108,11 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	if err != nil {
+		return nil, err
+	}
+	tr.instrument(&cfg)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)
@@ -119,7 +122,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		h.Lookup = client
 	}
 	return &app{
-		log: log, aws: cfg, store: store, client: client,
+		log: log, aws: cfg, store: store, client: client, tracing: tr,
 		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
 	}, nil
 }
@@ -201,6 +204,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	defer ap.tracing.shutdown(ap.log)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -212,7 +216,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws), Store: ap.store,
 		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
-		Owner: *owner, Logger: ap.log, Metrics: metrics,
+		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),
 		OutageCover: *outageCover, HoldFor: *holdFor, BreakerThreshold: *breakerThreshold, ProbeInterval: *probeInterval,
 	})
 	if err != nil {
@@ -224,10 +228,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 
 	ap.warnKeyLifetime(w.Queue())
 	registerProviderMetrics(reg, ap.client)
-
-	var stopping atomic.Bool
 	if *metricsAddr != "" {
-		srv, err := serveMetrics(*metricsAddr, reg, w, &stopping, ap.log)
+		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
 		if err != nil {
 			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
 		}
@@ -237,43 +239,17 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	go func() {
-		<-ctx.Done()
-		stopping.Store(true)
-	}()
 	return w.Run(ctx)
 }
 
-// serveMetrics serves /metrics, /healthz (the process is up) and /readyz
-// (polling, not stopping, and no dependency breaker open).
-func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, stopping *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// serveMetrics serves w.HTTPHandler: /metrics, /healthz (the process is up)
+// and /readyz (polling, not stopping, and no dependency breaker open).
+func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-w.Ready():
-		default:
-			http.Error(rw, "not ready: starting", http.StatusServiceUnavailable)
-			return
-		}
-		if stopping.Load() {
-			http.Error(rw, "not ready: stopping", http.StatusServiceUnavailable)
-			return
-		}
-		if err := w.Health(); err != nil {
-			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(rw, "ready")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: w.HTTPHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", slog.Any("error", err))

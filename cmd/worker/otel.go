@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// defaultServiceName names the worker's traces unless OTEL_SERVICE_NAME does.
+const defaultServiceName = "claimfirst-worker"
+
+// tracing is the OpenTelemetry tracing the standard OTEL_* settings ask
+// for. It is off unless they turn it on: OTEL_TRACES_EXPORTER=otlp, or an
+// OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) with OTEL_TRACES_EXPORTER unset; and
+// OTEL_SDK_DISABLED=true turns it off whatever else is set. Spans go over
+// OTLP/HTTP (http/protobuf); the exporter, the sampler (OTEL_TRACES_SAMPLER)
+// and the resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) read their
+// own OTEL_* settings as the SDK defines them.
+type tracing struct {
+	provider *sdktrace.TracerProvider // nil: off
+}
+
+// newTracing reads the OTEL_* settings. A setting it cannot honour is a
+// usage error naming it.
+func newTracing(ctx context.Context, getenv func(string) string, lambda bool) (*tracing, error) {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return &tracing{}, nil
+	}
+	switch exp := getenv("OTEL_TRACES_EXPORTER"); exp {
+	case "none":
+		return &tracing{}, nil
+	case "":
+		if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return &tracing{}, nil
+		}
+	case "otlp":
+	default:
+		return nil, usagef("OTEL_TRACES_EXPORTER %q: want otlp or none", exp)
+	}
+	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if protocol != "" && protocol != "http/protobuf" {
+		return nil, usagef("OTEL_EXPORTER_OTLP_PROTOCOL %q: only http/protobuf is supported", protocol)
+	}
+	exporter, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, usagef("OTEL_EXPORTER_OTLP_*: %v", err)
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", defaultServiceName)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, usagef("OTEL_RESOURCE_ATTRIBUTES: %v", err)
+	}
+	// In Lambda the process is frozen between invocations: spans are
+	// exported when each invocation ends (flush), not on a timer.
+	batch := []sdktrace.BatchSpanProcessorOption{}
+	if lambda {
+		batch = append(batch, sdktrace.WithBatchTimeout(time.Hour))
+	}
+	return &tracing{provider: sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exporter, batch...),
+		sdktrace.WithResource(res),
+	)}, nil
+}
+
+// TracerProvider returns the provider for worker.Config, nil when off.
+func (t *tracing) TracerProvider() trace.TracerProvider {
+	if t.provider == nil {
+		return nil
+	}
+	return t.provider
+}
+
+// instrument adds the OpenTelemetry AWS SDK instrumentation to cfg's
+// clients: a span per SQS and DynamoDB call, a child of the message's.
+// Clients made from cfg afterwards carry it.
+func (t *tracing) instrument(cfg *aws.Config) {
+	if t.provider == nil {
+		return
+	}
+	otelaws.AppendMiddlewares(&cfg.APIOptions, otelaws.WithTracerProvider(t.provider),
+		otelaws.WithTextMapPropagator(propagation.TraceContext{}))
+}
+
+// flush exports the spans ended so far.
+func (t *tracing) flush(ctx context.Context, log *slog.Logger) {
+	if t.provider == nil {
+		return
+	}
+	if err := t.provider.ForceFlush(ctx); err != nil {
+		log.Warn("exporting traces failed", slog.Any("error", err))
+	}
+}
+
+// shutdown exports what is left and stops the exporter, within 5s.
+func (t *tracing) shutdown(log *slog.Logger) {
+	if t.provider == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.provider.Shutdown(ctx); err != nil {
+		log.Warn("stopping trace export failed", slog.Any("error", err))
+	}
+}
