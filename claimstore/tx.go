@@ -51,6 +51,10 @@ var (
 type WriteConditionError struct {
 	// Index is the failed write's position in the caller's writes, from 0.
 	Index int
+	// Item is the failed write's row as the backend returned it, if the
+	// write asked for it (package dynamo: a map[string]types.AttributeValue,
+	// with ReturnValuesOnConditionCheckFailure ALL_OLD); nil otherwise.
+	Item any
 	// Err is the backend's error.
 	Err error
 }

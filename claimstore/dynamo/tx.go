@@ -128,7 +128,7 @@ func (s *Store) txError(h claimstore.Holder, writes int, err error) error {
 		}
 		switch aws.ToString(r.Code) {
 		case "ConditionalCheckFailed":
-			return fmt.Errorf("%s: %w", prefix, &claimstore.WriteConditionError{Index: i - 1, Err: err})
+			return fmt.Errorf("%s: %w", prefix, &claimstore.WriteConditionError{Index: i - 1, Item: item(r.Item), Err: err})
 		case "ValidationError", "ItemCollectionSizeLimitExceeded":
 			return fmt.Errorf("%s: write %d: %w: %w", prefix, i-1, claimstore.ErrInvalidParams, err)
 		}
@@ -252,4 +252,12 @@ func valueSize(v types.AttributeValue) int {
 	default:
 		return 0
 	}
+}
+
+// item is a cancellation reason's row, nil (untyped) if there is none.
+func item(it map[string]types.AttributeValue) any {
+	if len(it) == 0 {
+		return nil
+	}
+	return it
 }
