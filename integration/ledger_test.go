@@ -60,7 +60,9 @@ func newTxProxy(t *testing.T, mode int32) *txProxy {
 		t.Fatalf("AWS_ENDPOINT_URL %q: %v", os.Getenv("AWS_ENDPOINT_URL"), err)
 	}
 	p := &txProxy{mode: mode, release: make(chan struct{}), closed: make(chan struct{}), rp: httputil.NewSingleHostReverseProxy(upstream)}
-	p.rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusBadGateway) }
+	p.rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
 	srv := httptest.NewServer(p)
 	t.Cleanup(func() {
 		close(p.closed)
