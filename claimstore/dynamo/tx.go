@@ -43,7 +43,7 @@ func (w Writes) Len() int { return len(w) }
 //
 // Cost: DynamoDB charges a transactional write two write units per item
 // (per KB), so a completion with n writes costs 2(n+1) units where a plain
-// Complete costs one. It is still one request.
+// Complete and n separate writes cost n+1. It is still one request.
 //
 // A cancelled transaction is told apart by its cancellation reasons: the
 // claim's condition failing is claimstore.ErrLeaseLost (unless the row shows

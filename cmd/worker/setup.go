@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/ledger"
 )
 
 // cmdSetup creates the queue, its dead-letter queue and the claim table,
@@ -26,6 +27,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 30*time.Second, "the queue's visibility timeout")
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
 	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
+	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -74,6 +76,12 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	fmt.Fprintf(io.stdout, "QUEUE_URL=%s\nDLQ_URL=%s\nCLAIM_TABLE=%s\n", queueURL, dlqURL, *table)
+	if *ledgerTable != "" {
+		if err := ledger.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *ledgerTable); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+		fmt.Fprintf(io.stdout, "LEDGER_TABLE=%s\n", *ledgerTable)
+	}
 	return nil
 }
 
