@@ -20,4 +20,10 @@
 // Store is the contract. Package memory implements it in process (tests, the
 // demo); package dynamo implements it on a DynamoDB table; package
 // claimstoretest holds the conformance suite both pass.
+//
+// TxCompleter is an optional capability: a store that can commit a caller's
+// own writes in one transaction with a completion, fenced by the claim's
+// condition (package dynamo, with TransactWriteItems). CompleteTx uses it, or
+// fails with ErrTxUnsupported (the memory store) rather than complete the
+// claim without the writes.
 package claimstore
