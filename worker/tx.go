@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 )
@@ -69,7 +70,7 @@ func (p *processor) finish(ctx context.Context, log *slog.Logger, m *Message, h 
 		if tx.Rejected == nil {
 			return result, err, nil
 		}
-		r, herr := tx.Rejected(wce)
+		r, herr := rejected(tx.Rejected, wce)
 		if herr != nil {
 			return r, herr, nil
 		}
@@ -97,4 +98,15 @@ func (p *processor) completeTx(ctx context.Context, log *slog.Logger, h claimsto
 			return err
 		}
 	}
+}
+
+// rejected calls the handler's Rejected, turning a panic into an error that
+// is never acked, as a handler's own panic is.
+func rejected(f func(*claimstore.WriteConditionError) (string, error), e *claimstore.WriteConditionError) (result string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = "", &panicError{value: v, stack: string(debug.Stack())}
+		}
+	}()
+	return f(e)
 }

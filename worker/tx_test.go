@@ -77,6 +77,9 @@ func TestCommitOutcomes(t *testing.T) {
 		{"a rejection the handler dead-letters", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
 			return "", Permanentf("insufficient funds")
 		}}, []error{rejected}, actDeadLetter, claimstore.StatusReleased, "", 0},
+		{"a panicking Rejected is never acked", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
+			panic("boom")
+		}}, []error{rejected}, actRetry, claimstore.StatusReleased, "", 0},
 		{"too large is dead-lettered, not half-committed", Tx{Writes: names{"entry"}}, []error{claimstore.ErrTxTooLarge}, actDeadLetter, claimstore.StatusReleased, "", 0},
 		{"lease lost at the transaction", Tx{Writes: names{"entry"}}, []error{claimstore.ErrLeaseLost}, actLeave, claimstore.StatusInProgress, "", 0},
 		{"a store error leaves the message", Tx{Writes: names{"entry"}}, []error{errors.New("throttled")}, actLeave, claimstore.StatusInProgress, "", 0},
