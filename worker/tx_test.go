@@ -58,7 +58,7 @@ func committing(tx Tx) Handler {
 
 func TestCommitOutcomes(t *testing.T) {
 	t.Parallel()
-	rejected := &claimstore.WriteConditionError{Index: 1, Err: errors.New("ConditionalCheckFailed")}
+	refused := &claimstore.WriteConditionError{Index: 1, Err: errors.New("ConditionalCheckFailed")}
 	cases := []struct {
 		name    string
 		tx      Tx
@@ -70,16 +70,16 @@ func TestCommitOutcomes(t *testing.T) {
 	}{
 		{"committed with the completion", Tx{Writes: names{"entry", "balance"}}, nil, actAck, claimstore.StatusCompleted, "applied", 2},
 		{"no writes is a plain completion", Tx{Writes: names{}}, nil, actAck, claimstore.StatusCompleted, "applied", 0},
-		{"a write's condition retries by default", Tx{Writes: names{"entry"}}, []error{rejected}, actRetry, claimstore.StatusReleased, "", 0},
+		{"a write's condition retries by default", Tx{Writes: names{"entry"}}, []error{refused}, actRetry, claimstore.StatusReleased, "", 0},
 		{"a rejection the handler completes", Tx{Writes: names{"entry"}, Rejected: func(e *claimstore.WriteConditionError) (string, error) {
 			return "rejected: write " + string(rune('0'+e.Index)), nil
-		}}, []error{rejected}, actAck, claimstore.StatusCompleted, "rejected: write 1", 0},
+		}}, []error{refused}, actAck, claimstore.StatusCompleted, "rejected: write 1", 0},
 		{"a rejection the handler dead-letters", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
 			return "", Permanentf("insufficient funds")
-		}}, []error{rejected}, actDeadLetter, claimstore.StatusReleased, "", 0},
+		}}, []error{refused}, actDeadLetter, claimstore.StatusReleased, "", 0},
 		{"a panicking Rejected is never acked", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
 			panic("boom")
-		}}, []error{rejected}, actRetry, claimstore.StatusReleased, "", 0},
+		}}, []error{refused}, actRetry, claimstore.StatusReleased, "", 0},
 		{"too large is dead-lettered, not half-committed", Tx{Writes: names{"entry"}}, []error{claimstore.ErrTxTooLarge}, actDeadLetter, claimstore.StatusReleased, "", 0},
 		{"lease lost at the transaction", Tx{Writes: names{"entry"}}, []error{claimstore.ErrLeaseLost}, actLeave, claimstore.StatusInProgress, "", 0},
 		{"a store error leaves the message", Tx{Writes: names{"entry"}}, []error{errors.New("throttled")}, actLeave, claimstore.StatusInProgress, "", 0},
