@@ -12,6 +12,12 @@ IMAGE ?= claimfirst-worker
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 LAMBDA_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w"
 
+# Python tools (moto for python3, cfn-lint, aws): those present are used;
+# `make tools` installs requirements-dev.txt into $(VENV) when one is missing,
+# and $(VENV)/bin comes after PATH's own.
+VENV := .venv
+export PATH := $(PATH):$(CURDIR)/$(VENV)/bin
+
 .DEFAULT_GOAL := help
 
 .PHONY: help
@@ -23,7 +29,7 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
+test: tools cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -33,6 +39,8 @@ test: cfn-lint rie ## Run every test (unit, conformance, integration) with -race
 bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
 	$(GO) test -run '^$$' -bench BenchmarkProcess -benchtime 20000x ./worker/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
+	$(GO) test -run '^$$' -bench BenchmarkCost -benchtime 20000x ./integration/
+	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
 
 .PHONY: lambda
 lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.
@@ -42,6 +50,17 @@ lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) 
 .PHONY: rie
 rie: ## Install the Lambda Runtime Interface Emulator into bin/ at the pinned version if missing.
 	@test -x $(BIN)/aws-lambda-rie || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+
+.PHONY: tools
+tools: ## Use moto, cfn-lint and the aws CLI from PATH, or install the missing into .venv (requirements-dev.txt).
+	@missing=""; \
+	python3 -c 'import moto, werkzeug' 2>/dev/null || $(VENV)/bin/python -c 'import moto, werkzeug' 2>/dev/null || missing=" moto"; \
+	for t in cfn-lint aws; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "tools: not on PATH:$$missing; installing requirements-dev.txt into $(VENV)"; \
+		python3 -m venv $(VENV) || { echo "tools: python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 3; }; \
+		$(VENV)/bin/pip install --quiet -r requirements-dev.txt || exit 3; \
+	fi
 
 .PHONY: cfn-lint
 cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
@@ -66,7 +85,7 @@ demo: ## Run the experiments on the embedded defaults.
 	$(GO) run ./cmd/worker demo
 
 .PHONY: emulator
-emulator: ## Serve the emulator (SQS + DynamoDB) on a free loopback port until Ctrl-C.
+emulator: tools ## Serve the emulator (SQS + DynamoDB) on a free loopback port until Ctrl-C; prints the exports to use it.
 	$(EMULATOR)
 
 .PHONY: clean

@@ -38,6 +38,22 @@ type message struct {
 	// the first is still being handled (a producer retry, or a visibility
 	// timeout that ran out under a slow handler).
 	echo bool
+	// shipment and entry are the payloads of experiments 5 and 7, whose
+	// messages are not payments; payment is zero there.
+	shipment shipment
+	entry    ledgerEntry
+}
+
+// id names the message's unit in errors.
+func (m message) id() string {
+	switch {
+	case m.shipment.OrderID != "":
+		return m.shipment.OrderID
+	case m.entry.EntryID != "":
+		return m.entry.EntryID
+	default:
+		return m.payment.PaymentID
+	}
 }
 
 // verdict is what a handler tells the broker about a message.
@@ -64,6 +80,9 @@ type brokerStats struct {
 	Receives int
 	// DeadLettered counts copies received maxReceives times without an ack.
 	DeadLettered int
+	// dead holds the dead-lettered copies, as a redrive would send them
+	// back: received afresh.
+	dead []message
 }
 
 // broker is an in-process at-least-once queue with a fixed pool of workers.
@@ -95,6 +114,8 @@ func (b *broker) run(ctx context.Context, msgs []message, h handler) (brokerStat
 		for _, m := range back {
 			if m.receives >= maxReceives {
 				st.DeadLettered++
+				m.receives, m.echo = 1, false
+				st.dead = append(st.dead, m)
 				continue
 			}
 			m.receives++
@@ -140,7 +161,7 @@ func (b *broker) round(ctx context.Context, msgs []message, h handler) (back []m
 		nRecvd.Add(1)
 		b.progress.receive()
 		if err != nil {
-			return fmt.Errorf("%s: %w", m.payment.PaymentID, err)
+			return fmt.Errorf("%s: %w", m.id(), err)
 		}
 		if v == later {
 			mu.Lock()
@@ -228,12 +249,16 @@ func payments(n int, seed int64) []provider.Payment {
 // choose returns exactly n/every payment ids of ps, chosen by seed; salt
 // makes each experiment choose differently.
 func choose(ps []provider.Payment, every int, seed int64, salt uint64) map[string]bool {
-	rng := rand.New(rand.NewPCG(uint64(seed), salt))
-	chosen := make(map[string]bool, len(ps)/every)
-	for _, i := range rng.Perm(len(ps))[:len(ps)/every] {
-		chosen[ps[i].PaymentID] = true
+	return chooseIDs(paymentIDs(ps), every, seed, salt)
+}
+
+// paymentIDs returns the ids of ps.
+func paymentIDs(ps []provider.Payment) []string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.PaymentID
 	}
-	return chosen
+	return ids
 }
 
 // messages wraps each payment in a message received for the first time.

@@ -14,8 +14,8 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 )
 
-// Limits of Options.Payments: at least one payment in 50 is faulty in
-// experiments 2 to 4, so fewer than 50 would show nothing.
+// Limits of Options.Payments: one payment in 50 is faulty in experiments 2
+// to 4, 7 and 8, so fewer than 50 would show nothing.
 const (
 	MinPayments = 50
 	MaxPayments = 1_000_000
@@ -23,7 +23,7 @@ const (
 
 // Experiments is the number of experiments; Options.Experiment is 1 to
 // Experiments, or 0 for all.
-const Experiments = 4
+const Experiments = 8
 
 // StoreFactory returns the claim store for one row of an experiment. Every
 // call must give a store in which no key has been claimed yet: a fresh memory
@@ -52,22 +52,27 @@ type Options struct {
 	// Payments is the number of distinct payments per row, from MinPayments
 	// to MaxPayments. Defaults to 2000.
 	Payments int
-	// Seed chooses which payments are redelivered, fail, crash or time out,
-	// and their amounts; the same seed chooses the same payments. Defaults to 0.
+	// Seed chooses which payments (orders, ledger entries) are redelivered,
+	// fail, crash, time out or come late, and their amounts; the same seed
+	// chooses the same payments. Defaults to 0.
 	Seed int64
 	// Workers is the number of deliveries handled at once. Defaults to 8.
 	Workers int
-	// NewStore gives each claim-based row its claim store. Defaults to
-	// MemoryStores().
+	// NewStore gives each claim-based row its claim store, except in
+	// experiment 7, which always keeps its claims in memory next to its
+	// ledger. Defaults to MemoryStores().
 	NewStore StoreFactory
 	// Experiment selects the experiment Run runs, 1 to Experiments. Defaults
 	// to 0: all of them.
 	Experiment int
 	// Progress receives a line about the running row every few seconds once
-	// Run has taken more than a few seconds. Defaults to nil: no progress.
+	// Run has taken more than a few seconds, never while Run writes a table.
+	// Defaults to nil: no progress.
 	Progress io.Writer
 
 	progress       *progress     // set by Run
+	progressAfter  time.Duration // the first progress line; set by defaults
+	progressEvery  time.Duration // the next ones; set by defaults
 	runID          string        // namespaces the rows' keys; set by defaults
 	attemptTimeout time.Duration // experiment 4's client timeout; set by defaults
 }
@@ -81,6 +86,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.NewStore == nil {
 		o.NewStore = MemoryStores()
+	}
+	if o.progressAfter == 0 {
+		o.progressAfter = progressAfter
+	}
+	if o.progressEvery == 0 {
+		o.progressEvery = progressEvery
 	}
 	if o.attemptTimeout == 0 {
 		o.attemptTimeout = attemptTimeout
@@ -128,7 +139,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 	if opts.Progress != nil {
 		opts.progress = newProgress(opts.Progress)
-		stop := opts.progress.start(progressAfter, progressEvery)
+		stop := opts.progress.start(opts.progressAfter, opts.progressEvery)
 		defer stop()
 	}
 	type experiment struct {
@@ -168,6 +179,39 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 				return r.rows(), err
 			},
 		},
+		{
+			"Experiment 5: natural idempotency: a shipment message delivered twice",
+			"Adding one on each delivery ships a duplicate again; a write that states the new state, or a transition conditioned on the old one, is idempotent without a claim, and the condition also tells the duplicate apart.",
+			func(ctx context.Context, o Options) ([]tableRow, error) {
+				r, err := Natural(ctx, o)
+				return r.rows(), err
+			},
+		},
+		{
+			fmt.Sprintf("Experiment 6: how long to remember: %d duplicates arrive two hours late (simulated clock)",
+				opts.Payments/redeliverEvery),
+			"A claim that is forgotten before the last redelivery can arrive lets the late duplicate in as a new payment; claims must be kept longer than the queue keeps a message.",
+			func(ctx context.Context, o Options) ([]tableRow, error) {
+				r, err := Remember(ctx, o)
+				return r.rows(), err
+			},
+		},
+		{
+			"Experiment 7: a worker dies between the database write and the claim's completion",
+			"Written first and completed after, the entry is written again by the redelivery that takes the dead worker's claim over; committed in one transaction with the claim's completion, it is written with it or not at all.",
+			func(ctx context.Context, o Options) ([]tableRow, error) {
+				r, err := Ledger(ctx, o)
+				return r.rows(), err
+			},
+		},
+		{
+			"Experiment 8: the provider forgets keys after 24 hours; a retry comes later (simulated clock)",
+			"The key protects a retry only while the provider remembers it. A retry whose claim was first acquired longer ago than the key lifetime looks the charge up and completes with it instead of charging again.",
+			func(ctx context.Context, o Options) ([]tableRow, error) {
+				r, err := Forget(ctx, o)
+				return r.rows(), err
+			},
+		},
 	}
 	first := true
 	for i, e := range experiments {
@@ -178,13 +222,17 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("demo: experiment %d: %w", i+1, err)
 		}
-		if !first {
-			if _, err := fmt.Fprintln(w); err != nil {
-				return err
-			}
+		sep := "\n"
+		if first {
+			sep = ""
 		}
 		first = false
-		if _, err := fmt.Fprintf(w, "%s\n\n%s\n%s\n", wrap(e.heading, textWidth), formatTable(rows), wrap(e.summary, textWidth)); err != nil {
+		// Headings stay on one line, as the design document shows them.
+		err = opts.progress.write(func() error {
+			_, err := fmt.Fprintf(w, "%s%s\n\n%s\n%s\n", sep, e.heading, formatTable(rows), wrap(e.summary, textWidth))
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,16 +176,20 @@ func TestOptionsValidation(t *testing.T) {
 }
 
 // row is a table row as the design document shows it: a label, two or more
-// spaces, then "name number" pairs separated by two or more spaces.
+// spaces, then "name number" pairs separated by two or more spaces, then the
+// mark: "ok", "double N", "lost N" or "double N, lost M".
 var (
 	rowRE  = regexp.MustCompile(`^(\S+(?: \S+)*)  +(\S.*)$`)
 	pairRE = regexp.MustCompile(`^([a-z]+(?: [a-z]+)*) ([0-9]+)$`)
+	markRE = regexp.MustCompile(`^(?:ok|double ([0-9]+)(?:, lost ([0-9]+))?|lost ([0-9]+))$`)
 )
 
 type parsedRow struct {
-	label string
-	names []string
-	pairs map[string]int
+	label        string
+	names        []string
+	pairs        map[string]int
+	mark         string
+	double, lost int
 }
 
 func parseRow(line string) (parsedRow, bool) {
@@ -193,11 +198,23 @@ func parseRow(line string) (parsedRow, bool) {
 		return parsedRow{}, false
 	}
 	r := parsedRow{label: m[1], pairs: map[string]int{}}
+	var cells []string
 	for cell := range strings.SplitSeq(m[2], "   ") {
-		cell = strings.TrimSpace(cell)
-		if cell == "" {
-			continue
+		if cell = strings.TrimSpace(cell); cell != "" {
+			cells = append(cells, cell)
 		}
+	}
+	if len(cells) < 2 {
+		return parsedRow{}, false
+	}
+	r.mark = cells[len(cells)-1]
+	mm := markRE.FindStringSubmatch(r.mark)
+	if mm == nil {
+		return parsedRow{}, false
+	}
+	r.double, _ = strconv.Atoi(mm[1])
+	r.lost, _ = strconv.Atoi(mm[2] + mm[3])
+	for _, cell := range cells[:len(cells)-1] {
 		p := pairRE.FindStringSubmatch(cell)
 		if p == nil {
 			return parsedRow{}, false
@@ -209,13 +226,34 @@ func parseRow(line string) (parsedRow, bool) {
 		r.names = append(r.names, p[1])
 		r.pairs[p[1]] = n
 	}
-	return r, len(r.names) > 0
+	return r, true
+}
+
+// parseOutput splits Run's output into its headings and table rows, and
+// reports any line with two spaces in a row that is not a row.
+func parseOutput(t *testing.T, out string) (headings []string, rows []parsedRow) {
+	t.Helper()
+	for line := range strings.SplitSeq(strings.TrimRight(out, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "Experiment "):
+			headings = append(headings, line)
+		case strings.Contains(line, "  "):
+			r, ok := parseRow(line)
+			if !ok {
+				t.Errorf("line %q has two spaces in a row but is not a label, pairs and a mark", line)
+				continue
+			}
+			rows = append(rows, r)
+		}
+	}
+	return headings, rows
 }
 
 // TestRunOutput checks the printed tables' shape and that their numbers are
-// the measured ones: every table row parses as a label and pairs, the labels
-// and pair names are those of the design document, every experiment has a
-// heading, and no line that is not a row looks like one.
+// the measured ones: every table row parses as a label, pairs and a mark, the
+// labels and pair names are those of the design document, every experiment
+// has a heading on one line, every mark agrees with its row's numbers, and no
+// line that is not a row looks like one.
 func TestRunOutput(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -227,34 +265,42 @@ func TestRunOutput(t *testing.T) {
 	want := []struct {
 		label string
 		names []string
+		// effects is the row's effects (charges, units shipped, entries);
+		// -1 where the race decides.
+		effects int
+		// ok is whether the row must be marked ok.
+		ok bool
 	}{
-		{"no deduplication", []string{"deliveries", "payments", "charges"}},
-		{"check, charge, then remember", []string{"deliveries", "payments", "charges"}},
-		{"claim first, atomically", []string{"deliveries", "payments", "charges"}},
-		{"claim, then charge", []string{"payments", "first attempts failed", "charges"}},
-		{"claim, charge, release on failure", []string{"payments", "first attempts failed", "charges"}},
-		{"claim without lease", []string{"payments", "crashed", "charges"}},
-		{"claim with lease", []string{"payments", "crashed", "charges"}},
-		{"retry without key", []string{"payments", "timeouts", "charges"}},
-		{"retry with idempotency key", []string{"payments", "timeouts", "charges"}},
+		{"no deduplication", []string{"deliveries", "payments", "charges"}, n + n/20, false},
+		{"check, charge, then remember", []string{"deliveries", "payments", "charges"}, -1, false},
+		{"claim first, atomically", []string{"deliveries", "payments", "charges"}, n, true},
+		{"claim, then charge", []string{"payments", "first attempts failed", "charges"}, n - n/50, false},
+		{"claim, charge, release on failure", []string{"payments", "first attempts failed", "charges"}, n, true},
+		{"claim without lease", []string{"payments", "crashed", "charges"}, n - n/50, false},
+		{"claim with lease", []string{"payments", "crashed", "charges"}, n, true},
+		{"retry without key", []string{"payments", "timeouts", "charges"}, n + n/50, false},
+		{"retry with idempotency key", []string{"payments", "timeouts", "charges"}, n, true},
+		{"increment on each delivery", []string{"deliveries", "orders", "shipped"}, n + n/20, false},
+		{"set the new state", []string{"deliveries", "orders", "shipped"}, n, true},
+		{"conditional state transition", []string{"deliveries", "orders", "shipped"}, n, true},
+		{"claims kept 1 hour", []string{"payments", "late duplicates", "charges"}, n + n/20, false},
+		{"claims kept past queue retention", []string{"payments", "late duplicates", "charges"}, n, true},
+		{"write, then complete", []string{"payments", "crashed", "ledger entries"}, n + n/50, false},
+		{"one transaction", []string{"payments", "crashed", "ledger entries"}, n, true},
+		{"retry with the forgotten key", []string{"payments", "late retries", "charges"}, n + n/50, false},
+		{"look up before charging", []string{"payments", "late retries", "charges"}, n, true},
 	}
-	var rows []parsedRow
-	headings := 0
-	for line := range strings.SplitSeq(strings.TrimRight(out.String(), "\n"), "\n") {
-		switch {
-		case strings.HasPrefix(line, "Experiment "):
-			headings++
-		case strings.Contains(line, "  "):
-			r, ok := parseRow(line)
-			if !ok {
-				t.Errorf("line %q has two spaces in a row but is not a label and pairs", line)
-				continue
-			}
-			rows = append(rows, r)
+	headings, rows := parseOutput(t, out.String())
+	if len(headings) != demo.Experiments {
+		t.Errorf("%d headings, want %d:\n%s", len(headings), demo.Experiments, out.String())
+	}
+	for i, h := range headings {
+		if !strings.HasPrefix(h, fmt.Sprintf("Experiment %d: ", i+1)) {
+			t.Errorf("heading %d is %q", i+1, h)
 		}
 	}
-	if headings != demo.Experiments {
-		t.Errorf("%d headings, want %d:\n%s", headings, demo.Experiments, out.String())
+	if !slices.Contains(headings, "Experiment 6: how long to remember: 5 duplicates arrive two hours late (simulated clock)") {
+		t.Errorf("experiment 6's heading does not count %d late duplicates: %q", n/20, headings)
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d:\n%s", len(rows), len(want), out.String())
@@ -263,22 +309,25 @@ func TestRunOutput(t *testing.T) {
 		r := rows[i]
 		if r.label != w.label || fmt.Sprint(r.names) != fmt.Sprint(w.names) {
 			t.Errorf("row %d: %q %q, want %q %q", i, r.label, r.names, w.label, w.names)
+			continue
 		}
-		if r.pairs["payments"] != n {
-			t.Errorf("row %q: payments %d, want %d", r.label, r.pairs["payments"], n)
+		units, effects := r.pairs[w.names[1]], r.pairs[w.names[2]]
+		if w.names[0] != "deliveries" {
+			units = r.pairs[w.names[0]]
 		}
-	}
-	// The numbers that do not depend on timing.
-	for label, charges := range map[string]int{
-		"no deduplication": n + n/20, "claim first, atomically": n,
-		"claim, then charge": n - n/50, "claim, charge, release on failure": n,
-		"claim without lease": n - n/50, "claim with lease": n,
-		"retry without key": n + n/50, "retry with idempotency key": n,
-	} {
-		for _, r := range rows {
-			if r.label == label && r.pairs["charges"] != charges {
-				t.Errorf("row %q: charges %d, want %d", label, r.pairs["charges"], charges)
-			}
+		if units != n {
+			t.Errorf("row %q: %s %d, want %d", r.label, w.names[1], units, n)
+		}
+		if w.effects >= 0 && effects != w.effects {
+			t.Errorf("row %q: %s %d, want %d", r.label, w.names[2], effects, w.effects)
+		}
+		// The mark says which way the row is wrong, by as much as the
+		// effects differ from the units.
+		if got := r.double - r.lost; got != effects-units {
+			t.Errorf("row %q: marked %q, but %s %d against %d units", r.label, r.mark, w.names[2], effects, units)
+		}
+		if w.effects >= 0 && w.ok != (r.mark == "ok") {
+			t.Errorf("row %q: marked %q, want ok: %v", r.label, r.mark, w.ok)
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package demo reproduces, with measured numbers, the four experiments that
-// explain the claim protocol (the design document's "The problem"):
+// Package demo reproduces, with measured numbers, the eight experiments that
+// explain the claim protocol (the design document's "The problem") and what
+// it must get right around it:
 //
 //  1. Race: a duplicate arrives while the first copy is still being charged.
 //     No deduplication charges it twice; check, charge, then remember charges
@@ -15,15 +16,32 @@
 //  4. Key: the provider charges and the answer times out, and the client
 //     retries. Without the idempotency key the retry charges again; with it
 //     the provider returns the original charge.
+//  5. Natural idempotency: a shipment message is delivered twice, with no
+//     claim at all. Adding one on each delivery ships twice; writing the new
+//     state, or a state transition conditioned on the old state, does not.
+//  6. How long to remember: duplicates arrive two hours late. Claims kept for
+//     an hour have forgotten the payment and it is charged again; claims kept
+//     past the queue's retention recognize it.
+//  7. The claim committed with the database write: a worker dies right after
+//     its ledger write. Written, then completed, the claim is taken over and
+//     the entry written again; committed in one transaction with the claim's
+//     completion, the entry is written exactly once.
+//  8. The provider's memory: the provider forgets keys after 24 hours and a
+//     payment whose outcome was unknown is redriven two days later. Retrying
+//     with the forgotten key charges again; looking the charge up first, when
+//     the claim's first acquisition is older than the key lifetime, does not.
 //
-// Each experiment is a function (Race, Release, Lease, Key) that takes Options
-// and returns the numbers it measured; Run runs them and prints the tables
-// that `worker demo` shows.
+// Each experiment is a function (Race, Release, Lease, Key, Natural,
+// Remember, Ledger, Forget) that takes Options and returns the numbers it
+// measured; Run runs them and prints the tables that `worker demo` shows.
+// Every row ends with a mark that says whether its effects were exactly
+// once: "ok", "double N" (N effects beyond one per unit) or "lost N" (N
+// units with none).
 //
-// Every row runs a fresh fake payment provider (package fakeprovider) behind
-// an httptest server on the loopback interface, and its handlers charge
-// through the real provider client, so the numbers are what the provider
-// counted. Deliveries come from a small in-process broker with at-least-once
+// Every row of experiments 1 to 4 runs a fresh fake payment provider
+// (package fakeprovider) behind an httptest server on the loopback interface,
+// and its handlers charge through the real provider client, so the numbers
+// are what the provider counted. Deliveries come from a small in-process broker with at-least-once
 // semantics: a fixed pool of workers, copies that arrive at once, and messages
 // that come back after the visibility timeout when a handler does not ack
 // them. The claim-based rows use the claim store from Options.NewStore (the
@@ -31,4 +49,14 @@
 // forward by the visibility timeout instead of sleeping, so leases expire in
 // no time. In experiments 1 to 3 the provider ignores idempotency keys, so
 // the charges count what the consumer did alone; experiment 4 is about the key.
+//
+// Experiments 5 to 8 run in process on the same clock, which they also move
+// by hours and days: experiment 5 writes an in-memory orders table and uses
+// no claims; experiments 6 and 8 charge an in-process provider that forgets
+// keys after a lifetime (in experiment 6, at once: it ignores them) and lists
+// charges by payment id; experiment 7 writes an in-memory ledger, and its
+// transactional row commits the claim's completion and the entry as one step
+// under the ledger's lock, the in-memory equivalent of a DynamoDB
+// TransactWriteItems. Experiment 7 therefore keeps its claims in a memory
+// store whatever Options.NewStore says.
 package demo

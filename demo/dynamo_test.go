@@ -88,3 +88,41 @@ func TestLeaseDynamoDB(t *testing.T) {
 	res, err := demo.Lease(t.Context(), demo.Options{Payments: n, Seed: 4, NewStore: demo.DynamoDBStores(client, table)})
 	checkLease(t, res, err, n)
 }
+
+// TestRememberDynamoDB runs experiment 6 with claims in DynamoDB, where a row
+// past expires_at counts as absent by the condition (moto, like DynamoDB,
+// does not delete it on time).
+func TestRememberDynamoDB(t *testing.T) {
+	t.Parallel()
+	client, table := dynamoTable(t)
+	const n = 100
+	res, err := demo.Remember(t.Context(), demo.Options{Payments: n, Seed: 2, NewStore: demo.DynamoDBStores(client, table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Short; s.Late != n/20 || s.Charges != n+n/20 || s.Double != n/20 {
+		t.Errorf("claims kept 1 hour on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", s.Late, s.Charges, s.Effects, n/20, n+n/20, n/20)
+	}
+	if l := res.PastRetention; l.Charges != n || !l.OK() || l.Duplicates != n/20 {
+		t.Errorf("claims kept past retention on DynamoDB: charges %d, %+v, duplicates %d; want %d, ok, %d", l.Charges, l.Effects, l.Duplicates, n, n/20)
+	}
+}
+
+// TestForgetDynamoDB runs experiment 8 with claims in DynamoDB: first_at
+// survives the releases and the takeover, so the redriven payments are
+// looked up, not charged.
+func TestForgetDynamoDB(t *testing.T) {
+	t.Parallel()
+	client, table := dynamoTable(t)
+	const n = 100
+	res, err := demo.Forget(t.Context(), demo.Options{Payments: n, Seed: 3, NewStore: demo.DynamoDBStores(client, table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := res.RetryWithKey; b.Late != n/50 || b.Charges != n+n/50 || b.Double != n/50 {
+		t.Errorf("retry with the forgotten key on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", b.Late, b.Charges, b.Effects, n/50, n+n/50, n/50)
+	}
+	if l := res.LookUp; l.Late != n/50 || l.Charges != n || !l.OK() || l.Lookups != n/50 {
+		t.Errorf("look up on DynamoDB: late %d, charges %d, %+v, lookups %d; want %d, %d, ok, %d", l.Late, l.Charges, l.Effects, l.Lookups, n/50, n, n/50)
+	}
+}

@@ -25,6 +25,10 @@ const (
 	saltRelease
 	saltLease
 	saltKey
+	saltNatural
+	saltRemember
+	saltLedger
+	saltForget
 )
 
 // oneAttempt is a client that reports a failed attempt to the handler at once,
@@ -72,11 +76,13 @@ type RaceRow struct {
 	Payments int
 	// Charges is the number of charges the provider made.
 	Charges int
+	// Effects counts the payments charged more than once, or never.
+	Effects
 }
 
 func (r RaceResult) rows() []tableRow {
 	row := func(label string, x RaceRow) tableRow {
-		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"payments", x.Payments}, {"charges", x.Charges}}}
+		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"payments", x.Payments}, {"charges", x.Charges}}, x.Effects}
 	}
 	return []tableRow{
 		row("no deduplication", r.NoDedup),
@@ -99,7 +105,10 @@ func Race(ctx context.Context, opts Options) (RaceResult, error) {
 	run := func(id, label string, claims bool, h func(*row) handler) (RaceRow, error) {
 		spec := rowSpec{id: id, label: label, fake: fake, client: oneAttempt, claims: claims}
 		_, bs, st, err := runRow(ctx, opts, spec, msgs, h)
-		return RaceRow{Deliveries: bs.Copies, Receives: bs.Receives, Payments: len(ps), Charges: int(st.Charges)}, err
+		return RaceRow{
+			Deliveries: bs.Copies, Receives: bs.Receives, Payments: len(ps), Charges: int(st.Charges),
+			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+		}, err
 	}
 	var res RaceResult
 	var err error
@@ -139,11 +148,13 @@ type ReleaseRow struct {
 	Skipped int
 	// Takeovers counts claims acquired over an earlier holder's claim.
 	Takeovers int
+	// Effects counts the payments charged more than once, or never.
+	Effects
 }
 
 func (r ReleaseResult) rows() []tableRow {
 	row := func(label string, x ReleaseRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"first attempts failed", x.FailedFirst}, {"charges", x.Charges}}}
+		return tableRow{label, []pair{{"payments", x.Payments}, {"first attempts failed", x.FailedFirst}, {"charges", x.Charges}}, x.Effects}
 	}
 	return []tableRow{
 		row("claim, then charge", r.ClaimThenCharge),
@@ -178,6 +189,7 @@ func Release(ctx context.Context, opts Options) (ReleaseResult, error) {
 		return ReleaseRow{
 			Payments: len(ps), FailedFirst: int(st.Faults), Charges: int(st.Charges),
 			Skipped: int(r.skipped.Load()), Takeovers: int(r.takeovers.Load()),
+			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
 	var res ReleaseResult
@@ -211,11 +223,13 @@ type LeaseRow struct {
 	// DeadLettered counts the messages the broker gave up on after
 	// maxReceives receives.
 	DeadLettered int
+	// Effects counts the payments charged more than once, or never.
+	Effects
 }
 
 func (r LeaseResult) rows() []tableRow {
 	row := func(label string, x LeaseRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"charges", x.Charges}}}
+		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"charges", x.Charges}}, x.Effects}
 	}
 	return []tableRow{
 		row("claim without lease", r.WithoutLease),
@@ -249,6 +263,7 @@ func Lease(ctx context.Context, opts Options) (LeaseResult, error) {
 		return LeaseRow{
 			Payments: len(ps), Crashed: int(r.crashed.Load()), Charges: int(st.Charges),
 			Takeovers: int(r.takeovers.Load()), DeadLettered: bs.DeadLettered,
+			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
 	var res LeaseResult
@@ -283,11 +298,13 @@ type KeyRow struct {
 	Calls int
 	// Replays counts answers the provider replayed for a repeated key.
 	Replays int
+	// Effects counts the payments charged more than once, or never.
+	Effects
 }
 
 func (r KeyResult) rows() []tableRow {
 	row := func(label string, x KeyRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"timeouts", x.Timeouts}, {"charges", x.Charges}}}
+		return tableRow{label, []pair{{"payments", x.Payments}, {"timeouts", x.Timeouts}, {"charges", x.Charges}}, x.Effects}
 	}
 	return []tableRow{
 		row("retry without key", r.WithoutKey),
@@ -323,6 +340,7 @@ func Key(ctx context.Context, opts Options) (KeyResult, error) {
 		return KeyRow{
 			Payments: len(ps), Timeouts: int(st.Faults), Charges: int(st.Charges),
 			Calls: int(st.Calls), Replays: int(st.Replays),
+			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
 	var res KeyResult

@@ -9,3 +9,10 @@ func WithAttemptTimeout(o Options, d time.Duration) Options {
 	o.attemptTimeout = d
 	return o
 }
+
+// WithProgressEvery returns o with progress lines from the start of Run and
+// then every d, so that a test sees many of them.
+func WithProgressEvery(o Options, d time.Duration) Options {
+	o.progressAfter, o.progressEvery = time.Nanosecond, d
+	return o
+}

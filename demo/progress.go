@@ -15,10 +15,13 @@ const (
 
 // progress reports the running row and how far it got, for runs long enough
 // (a DynamoDB table, many payments) that silence would look like a hang. A nil
-// *progress reports nothing.
+// *progress reports nothing. Its lines and the tables are written under one
+// lock (see write), so that on a terminal, where both streams meet, a
+// progress line never lands inside a table.
 type progress struct {
 	w     io.Writer
 	begin time.Time
+	out   sync.Mutex // held while a line or a table is written
 
 	mu    sync.Mutex
 	label string
@@ -70,6 +73,18 @@ func (p *progress) start(after, every time.Duration) (stop func()) {
 	}
 }
 
+// write runs f, which writes output, while no progress line is written, and
+// then stops reporting the row that was running: its table is out.
+func (p *progress) write(f func() error) error {
+	if p == nil {
+		return f()
+	}
+	p.out.Lock()
+	defer p.out.Unlock()
+	p.row("", 0)
+	return f()
+}
+
 func (p *progress) print() {
 	p.mu.Lock()
 	label, total := p.label, p.total
@@ -77,6 +92,8 @@ func (p *progress) print() {
 	if label == "" {
 		return
 	}
+	p.out.Lock()
+	defer p.out.Unlock()
 	fmt.Fprintf(p.w, "demo: %s: %d of about %d deliveries handled (%s so far)\n",
 		label, p.done.Load(), total, time.Since(p.begin).Round(time.Second))
 }

@@ -8,9 +8,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
+# Without moto for python3, use the one `make tools` installs into .venv.
+if [ -z "${PYTHON:-}" ] && ! "$python" -c 'import moto, werkzeug' 2>/dev/null && [ -x "$here/../.venv/bin/python" ]; then
+	python="$here/../.venv/bin/python"
+fi
 
 if ! "$python" -c 'import moto, werkzeug' 2>/dev/null; then
-	echo "emulator: moto is not installed for $python; install it with: pip install 'moto[server]'" >&2
+	echo "emulator: moto is not installed for $python; run: make tools (or pip install -r requirements-dev.txt)" >&2
 	exit 3
 fi
 
@@ -54,8 +58,9 @@ export CLAIMFIRST_EMULATOR=1
 if [ "$#" -eq 0 ]; then
 	cat <<MSG
 emulator: SQS and DynamoDB on $AWS_ENDPOINT_URL (pid $pid); Ctrl-C stops it.
-In another shell:
-  export AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL AWS_REGION=$AWS_REGION AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
+In another shell, paste these lines (the aws CLI v1 ignores AWS_ENDPOINT_URL: pass --endpoint-url "\$AWS_ENDPOINT_URL"):
+  export AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
+  export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 MSG
 	wait "$pid"
 	exit $?

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,25 +23,70 @@ import (
 	"github.com/claimfirst/claimfirst/worker"
 )
 
-// BenchmarkWorker drains a backlog of b.N messages with one in-process
-// worker and reports what each message cost: AWS requests (counted on the
-// wire by SDK middleware, per operation) and the worker's CPU time. The
-// baseline is the same worker with claims switched off (a store that grants
-// every claim without a request). The third run is the floor under the
-// first: the same two claim writes per message (Acquire, Complete) issued
-// by 32 goroutines with no SQS and no worker, so that claims minus
-// store-only minus baseline is what the worker itself adds. Run with
-// `make bench`.
+// benchConcurrency is the worker's concurrency in every row, and the
+// number of goroutines of the rows without a worker.
+const benchConcurrency = 64
+
+// BenchmarkWorker drains a backlog of b.N messages and reports what each
+// message cost: AWS requests (counted on the wire, per operation), CPU time
+// and throughput. The rows, all against one emulator in one run:
+//
+//   - floor-sdk: the stock SDK issuing the protocol's two writes per message
+//     (a PutItem guarded by attribute_not_exists, then a conditional
+//     UpdateItem) from benchConcurrency goroutines, no SQS, no worker: the
+//     floor every other row is held to.
+//   - store-only: the same through the project's DynamoDB store.
+//   - worker: one in-process worker at benchConcurrency, a handler that does
+//     nothing.
+//   - worker-no-claims: the same with claims switched off (a store that
+//     grants every claim without a request): what SQS alone costs.
+//   - worker-run-process: a real `worker run` process (built without the
+//     race detector) with the payment handler and an in-process fake
+//     provider, fed the same backlog; its CPU is the child's rusage.
+//
+// At the end it prints each row's throughput and CPU per message as ratios
+// to the floor's, measured in this run. Run with `make bench`.
 func BenchmarkWorker(b *testing.B) {
-	for _, mode := range []string{"claims", "baseline-no-claims"} {
-		b.Run(mode, func(b *testing.B) { benchWorker(b, mode == "claims") })
+	results := map[string]benchResult{}
+	rows := []struct {
+		name string
+		run  func(*testing.B) benchResult
+	}{
+		{"floor-sdk", benchFloor},
+		{"store-only", benchStoreOnly},
+		{"worker", func(b *testing.B) benchResult { return benchWorker(b, true) }},
+		{"worker-no-claims", func(b *testing.B) benchResult { return benchWorker(b, false) }},
+		{"worker-run-process", benchWorkerProcess},
 	}
-	b.Run("store-only", benchStoreOnly)
+	var names []string
+	for _, r := range rows {
+		if b.Run(r.name, func(b *testing.B) { results[r.name] = r.run(b) }) {
+			names = append(names, r.name)
+		}
+	}
+	floor, ok := results["floor-sdk"]
+	if !ok || floor.msgsPerSec == 0 {
+		return
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-20s %9s %9s %11s %9s %9s %9s\n", "row", "msgs/s", "x floor", "cpu-µs/msg", "x floor", "ddb/msg", "sqs/msg")
+	for _, n := range names {
+		r := results[n]
+		fmt.Fprintf(&out, "%-20s %9.1f %9.2f %11.0f %9.2f %9.2f %9.2f\n", n, r.msgsPerSec, r.msgsPerSec/floor.msgsPerSec,
+			r.cpuPerMsg, r.cpuPerMsg/floor.cpuPerMsg, r.ddbPerMsg, r.sqsPerMsg)
+	}
+	fmt.Print(out.String())
+}
+
+// benchResult is one row's measurements.
+type benchResult struct {
+	msgsPerSec, cpuPerMsg, ddbPerMsg, sqsPerMsg float64
 }
 
 // benchStoreOnly claims and completes b.N keys through the DynamoDB store
-// from 32 goroutines, as the claims run does, without SQS or a worker.
-func benchStoreOnly(b *testing.B) {
+// from benchConcurrency goroutines, as the worker does, without SQS or a
+// worker.
+func benchStoreOnly(b *testing.B) benchResult {
 	cfg, counter := benchConfig(b)
 	ctx := context.Background()
 	ddb := dynamodb.NewFromConfig(cfg)
@@ -56,8 +102,8 @@ func benchStoreOnly(b *testing.B) {
 	close(keys)
 	m := startMeter(b, counter)
 	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for range 32 {
+	errs := make(chan error, benchConcurrency)
+	for range benchConcurrency {
 		wg.Go(func() {
 			for i := range keys {
 				now := time.Now()
@@ -81,14 +127,15 @@ func benchStoreOnly(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	m.stop(b)
+	r := m.stop(b)
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
+	return r
 }
 
-func benchWorker(b *testing.B, claims bool) {
+func benchWorker(b *testing.B, claims bool) benchResult {
 	cfg, counter := benchConfig(b)
 	ctx := context.Background()
 	sq := sqs.NewFromConfig(cfg)
@@ -113,7 +160,7 @@ func benchWorker(b *testing.B, claims bool) {
 	metrics := worker.NewMetrics(nil)
 	handled := make(chan struct{}, b.N)
 	w, err := worker.New(ctx, worker.Config{
-		QueueURL: q, SQS: sq, Store: store, Concurrency: 32, Metrics: metrics,
+		QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency, Metrics: metrics,
 		Logger: slog.New(slog.DiscardHandler),
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
 			handled <- struct{}{}
@@ -138,8 +185,9 @@ func benchWorker(b *testing.B, claims bool) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	m.stop(b)
+	r := m.stop(b)
 	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
+	return r
 }
 
 func benchResources(b *testing.B, sq *sqs.Client, ddb *dynamodb.Client) (queueURL, table string) {
@@ -170,7 +218,7 @@ func benchConfig(b *testing.B) (aws.Config, *awsreq.Counter) {
 	cfg := awstest.Config(b)
 	counter := awsreq.NewCounter()
 	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
-	cfg.HTTPClient = worker.HTTPClient(64)
+	cfg.HTTPClient = worker.HTTPClient(benchConcurrency)
 	return cfg, counter
 }
 
@@ -194,16 +242,26 @@ func startMeter(b *testing.B, counter *awsreq.Counter) *meter {
 
 // stop stops the timer and reports messages/s and, per message, DynamoDB
 // and SQS requests, CPU time and user CPU time.
-func (m *meter) stop(b *testing.B) {
+func (m *meter) stop(b *testing.B) benchResult {
 	elapsed := time.Since(m.start)
 	b.StopTimer()
 	user1, cpu1 := cpuTime()
+	return report(b, elapsed, cpu1-m.cpu0, user1-m.user0, m.counter)
+}
+
+// report reports a row's metrics for b.N messages and returns them.
+func report(b *testing.B, elapsed, cpu, user time.Duration, counter *awsreq.Counter) benchResult {
 	n := float64(b.N)
-	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64(m.counter.Service("DynamoDB"))/n, "ddb-req/msg")
-	b.ReportMetric(float64(m.counter.Service("SQS"))/n, "sqs-req/msg")
-	b.ReportMetric(float64((cpu1-m.cpu0).Microseconds())/n, "cpu-µs/msg")
-	b.ReportMetric(float64((user1-m.user0).Microseconds())/n, "user-µs/msg")
+	r := benchResult{
+		msgsPerSec: n / elapsed.Seconds(), cpuPerMsg: float64(cpu.Microseconds()) / n,
+		ddbPerMsg: float64(counter.Service("DynamoDB")) / n, sqsPerMsg: float64(counter.Service("SQS")) / n,
+	}
+	b.ReportMetric(r.msgsPerSec, "msgs/s")
+	b.ReportMetric(r.ddbPerMsg, "ddb-req/msg")
+	b.ReportMetric(r.sqsPerMsg, "sqs-req/msg")
+	b.ReportMetric(r.cpuPerMsg, "cpu-µs/msg")
+	b.ReportMetric(float64(user.Microseconds())/n, "user-µs/msg")
+	return r
 }
 
 // cpuTime returns this process's user CPU time and user+system CPU time.

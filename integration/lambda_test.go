@@ -353,12 +353,6 @@ func (f *lambdaFunction) checkLog(t *testing.T) {
 func (e *env) lambdaEvent(bodies []string) events.SQSEvent {
 	e.t.Helper()
 	ctx := context.Background()
-	arn, err := e.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(e.queueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	entries := make([]types.SendMessageBatchRequestEntry, len(bodies))
 	for i, b := range bodies {
 		entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(b)}
@@ -375,13 +369,27 @@ func (e *env) lambdaEvent(bodies []string) events.SQSEvent {
 		i, _ := strconv.Atoi(aws.ToString(s.Id))
 		order[aws.ToString(s.MessageId)] = i
 	}
+	return e.lambdaReceive(order)
+}
 
-	records := make([]events.SQSMessage, len(bodies))
+// lambdaReceive receives the messages whose ids order holds, as the event
+// source mapping would, and returns them as one SQS event in order's order
+// (message id -> index). Other messages received are left to come back.
+func (e *env) lambdaReceive(order map[string]int) events.SQSEvent {
+	e.t.Helper()
+	ctx := context.Background()
+	arn, err := e.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(e.queueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	records := make([]events.SQSMessage, len(order))
 	got := 0
 	deadline := time.Now().Add(30 * time.Second)
-	for got < len(bodies) {
+	for got < len(order) {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("received %d of the %d messages sent", got, len(bodies))
+			e.t.Fatalf("received %d of the %d messages", got, len(order))
 		}
 		out, err := e.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(e.queueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,

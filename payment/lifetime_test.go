@@ -47,9 +47,9 @@ func (f chargerFunc) Charge(ctx context.Context, key string, p provider.Payment)
 	return f(ctx, key, p)
 }
 
-type lookerFunc func(ctx context.Context, id string) ([]provider.ListedCharge, error)
+type lookerFunc func(ctx context.Context, id string) ([]provider.ChargeRecord, error)
 
-func (f lookerFunc) Lookup(ctx context.Context, id string) ([]provider.ListedCharge, error) {
+func (f lookerFunc) Lookup(ctx context.Context, id string) ([]provider.ChargeRecord, error) {
 	return f(ctx, id)
 }
 
@@ -66,22 +66,22 @@ func TestLateRetryIsLookedUp(t *testing.T) {
 		charges.Add(1)
 		return provider.Charge{ID: "ch_new", Status: provider.StatusSucceeded}, nil
 	})
-	found := lookerFunc(func(_ context.Context, id string) ([]provider.ListedCharge, error) {
+	found := lookerFunc(func(_ context.Context, id string) ([]provider.ChargeRecord, error) {
 		lookups.Add(1)
-		return []provider.ListedCharge{{ID: "ch_old", PaymentID: id, Amount: 1999, Currency: "EUR", Status: provider.StatusSucceeded}}, nil
+		return []provider.ChargeRecord{{ID: "ch_old", PaymentID: id, Amount: 1999, Currency: "EUR", Status: provider.StatusSucceeded}}, nil
 	})
-	none := lookerFunc(func(context.Context, string) ([]provider.ListedCharge, error) {
+	none := lookerFunc(func(context.Context, string) ([]provider.ChargeRecord, error) {
 		lookups.Add(1)
 		return nil, nil
 	})
-	cannot := lookerFunc(func(context.Context, string) ([]provider.ListedCharge, error) {
+	cannot := lookerFunc(func(context.Context, string) ([]provider.ChargeRecord, error) {
 		lookups.Add(1)
 		return nil, &provider.Error{Kind: provider.KindDependency, StatusCode: 404, Err: provider.ErrNoLookup}
 	})
-	other := lookerFunc(func(_ context.Context, id string) ([]provider.ListedCharge, error) {
-		return []provider.ListedCharge{{ID: "ch_x", PaymentID: id, Amount: 5, Currency: "EUR", Status: provider.StatusSucceeded}}, nil
+	other := lookerFunc(func(_ context.Context, id string) ([]provider.ChargeRecord, error) {
+		return []provider.ChargeRecord{{ID: "ch_x", PaymentID: id, Amount: 5, Currency: "EUR", Status: provider.StatusSucceeded}}, nil
 	})
-	down := lookerFunc(func(context.Context, string) ([]provider.ListedCharge, error) {
+	down := lookerFunc(func(context.Context, string) ([]provider.ChargeRecord, error) {
 		return nil, &provider.Error{Kind: provider.KindUnknown, StatusCode: 503}
 	})
 	late, early := now.Add(-25*time.Hour), now.Add(-time.Hour)

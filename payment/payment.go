@@ -115,7 +115,7 @@ type Charger interface {
 
 // Looker lists a payment's charges at the provider; *provider.Client is one.
 type Looker interface {
-	Lookup(ctx context.Context, paymentID string) ([]provider.ListedCharge, error)
+	Lookup(ctx context.Context, paymentID string) ([]provider.ChargeRecord, error)
 }
 
 // DefaultKeyLifetime is how long a provider is assumed to remember an

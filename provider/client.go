@@ -208,7 +208,7 @@ func NewClient(cfg Config) (*Client, error) {
 		hc = defaultHTTPClient()
 	}
 	c := &Client{
-		url:         strings.TrimRight(cfg.BaseURL, "/") + "/v1/charges",
+		url:         strings.TrimRight(cfg.BaseURL, "/") + ChargesPath,
 		hc:          hc,
 		log:         cfg.Logger,
 		timeout:     cfg.Timeout,

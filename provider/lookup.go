@@ -15,35 +15,16 @@ import (
 // cannot be reconciled automatically.
 var ErrNoLookup = errors.New("provider: the provider cannot look charges up")
 
-// ListedCharge is one charge in the provider's list of a payment's charges.
-type ListedCharge struct {
-	// ID is the provider's charge id.
-	ID string `json:"id"`
-	// PaymentID is the payment the charge was made for.
-	PaymentID string `json:"payment_id"`
-	// Amount and Currency are what was charged.
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	// Status is StatusSucceeded for a charge that was made.
-	Status string `json:"status"`
-}
-
-// ChargeList is the provider's answer to a lookup:
-// GET {BaseURL}/v1/charges?payment_id=ID.
-type ChargeList struct {
-	Data []ListedCharge `json:"data"`
-}
-
 // Lookup lists the charges the provider made for paymentID, oldest first,
 // to reconcile a payment whose outcome is unknown and whose key the
 // provider may have forgotten. A provider that cannot look up (404) fails
 // with an *Error wrapping ErrNoLookup (errors.Is works); other failures are
 // *Errors of the same kinds and retries as Charge's.
-func (c *Client) Lookup(ctx context.Context, paymentID string) ([]ListedCharge, error) {
+func (c *Client) Lookup(ctx context.Context, paymentID string) ([]ChargeRecord, error) {
 	if strings.TrimSpace(paymentID) == "" {
 		return nil, &Error{Kind: KindBadRequest, Reason: "lookup without a payment id"}
 	}
-	u := c.url + "?payment_id=" + url.QueryEscape(paymentID)
+	u := c.url + "?" + PaymentIDParam + "=" + url.QueryEscape(paymentID)
 	var list ChargeList
 	_, e := c.retry(ctx, "lookup", func(ctx context.Context) (*Error, string) {
 		var e *Error

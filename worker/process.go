@@ -215,7 +215,9 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) dispositio
 		log.Error("release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
 	}
 	if IsPermanent(herr) {
-		return p.poison(log, herr)
+		r := reason(herr)
+		log.Warn("handler failed permanently: dead-lettering", slog.String("reason", r))
+		return disposition{action: actDeadLetter, reason: r}
 	}
 	var pe *panicError
 	switch {

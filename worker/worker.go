@@ -481,25 +481,51 @@ type deleter struct {
 	metrics *Metrics
 	log     *slog.Logger
 	in      chan string
+	sending chan struct{} // one token per batch being sent
+	sent    sync.WaitGroup
 }
 
+// maxDeletesInFlight bounds the DeleteMessageBatch requests sent at once:
+// one at a time would make every handler wait behind a slow answer (the
+// acks of a busy worker queue up faster than one request clears them).
+const maxDeletesInFlight = 4
+
 func newDeleter(api SQSAPI, url string, delay time.Duration, m *Metrics, log *slog.Logger) *deleter {
-	return &deleter{api: api, url: aws.String(url), delay: delay, metrics: m, log: log, in: make(chan string, 64)}
+	return &deleter{
+		api: api, url: aws.String(url), delay: delay, metrics: m, log: log,
+		in: make(chan string, 64), sending: make(chan struct{}, maxDeletesInFlight),
+	}
 }
 
 func (d *deleter) add(receipt string) { d.in <- receipt }
 
 func (d *deleter) close() { close(d.in) }
 
+// run batches receipts by ten, or by what came within delay, and sends each
+// batch in the background, up to maxDeletesInFlight at once. It returns
+// when the input is closed and every batch has been sent.
 func (d *deleter) run() {
+	defer d.sent.Wait()
 	batch := make([]string, 0, 10)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	send := func() {
+		if len(batch) == 0 {
+			return
+		}
+		b := batch
+		batch = make([]string, 0, 10)
+		d.sending <- struct{}{}
+		d.sent.Go(func() {
+			defer func() { <-d.sending }()
+			d.flush(b)
+		})
+	}
 	for {
 		select {
 		case r, ok := <-d.in:
 			if !ok {
-				d.flush(batch)
+				send()
 				return
 			}
 			batch = append(batch, r)
@@ -508,12 +534,10 @@ func (d *deleter) run() {
 			}
 			if len(batch) == 10 {
 				timer.Stop()
-				d.flush(batch)
-				batch = batch[:0]
+				send()
 			}
 		case <-timer.C:
-			d.flush(batch)
-			batch = batch[:0]
+			send()
 		}
 	}
 }

@@ -73,7 +73,7 @@ func Run(t *testing.T, backend string, newStore Factory, opts Options) {
 		opts.RaceRounds = 50
 	}
 	t.Run(backend, func(t *testing.T) {
-		for _, tc := range cases(opts) {
+		for _, tc := range append(cases(opts), adminCases()...) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				clock := NewClock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -27,13 +28,14 @@ func usagef(format string, args ...any) error {
 type settings struct {
 	fs     *flag.FlagSet
 	getenv func(string) string
+	stdout io.Writer // where -h prints the flags
 	errs   []error
 }
 
 func newSettings(name string, io stdio) *settings {
 	fs := flag.NewFlagSet("worker "+name, flag.ContinueOnError)
 	fs.SetOutput(io.stderr)
-	return &settings{fs: fs, getenv: io.getenv}
+	return &settings{fs: fs, getenv: io.getenv, stdout: io.stdout}
 }
 
 func (s *settings) describe(env, usage string) string {
@@ -101,16 +103,40 @@ func (s *settings) Parse(args []string) error {
 	if len(s.errs) > 0 {
 		return usageError{msg: s.errs[0].Error()}
 	}
+	s.helpToStdout(args)
 	if err := s.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return usageError{msg: "help requested", silent: true}
-		}
-		return usageError{msg: err.Error(), silent: true}
+		return parseError(err)
 	}
 	if s.fs.NArg() > 0 {
 		return usagef("unexpected argument %q", s.fs.Arg(0))
 	}
 	return nil
+}
+
+// errHelp means -h was asked for and answered: exit status 0.
+var errHelp = errors.New("help requested")
+
+// parseError turns the flag package's error, which it has printed, into
+// errHelp or a silent usage error.
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return errHelp
+	}
+	return usageError{msg: err.Error(), silent: true}
+}
+
+// helpToStdout sends the flags' help to stdout when args ask for it, so
+// that `worker run -h | less` works; errors stay on stderr.
+func (s *settings) helpToStdout(args []string) {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--h", "--help":
+			s.fs.SetOutput(s.stdout)
+			return
+		case "--":
+			return
+		}
+	}
 }
 
 // require returns a usage error naming env and flag if v is empty.

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -18,7 +20,7 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb)")
 	experiment := s.Int("experiment", "", 0, fmt.Sprintf("experiment to run, 1 to %d (0: all)", demo.Experiments))
 	payments := s.Int("payments", "", 2000, fmt.Sprintf("payments per row, %d to %d", demo.MinPayments, demo.MaxPayments))
-	seed := s.Int("seed", "", 1, "chooses which payments are redelivered, fail, crash or time out")
+	seed := s.Int("seed", "", 1, "chooses which payments are redelivered, fail, crash, time out or come late")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -32,7 +34,11 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 		Payments:   *payments,
 		Seed:       int64(*seed),
 		Experiment: *experiment,
-		Progress:   io.stderr,
+	}
+	if isTerminal(io.stderr) {
+		// Progress is for a person watching; a log or a pipe gets the tables
+		// and the closing line only.
+		opts.Progress = io.stderr
 	}
 	switch *store {
 	case "memory":
@@ -50,6 +56,9 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 			return fmt.Errorf("demo: %w", err)
 		}
 		opts.NewStore = demo.DynamoDBStores(client, *table)
+		if *experiment == 0 || *experiment == 7 {
+			fmt.Fprintln(io.stderr, "demo: experiment 7 keeps its claims in memory, next to its in-memory ledger: -store dynamodb does not apply to it")
+		}
 	default:
 		return usagef("-store %q: want memory or dynamodb", *store)
 	}
@@ -60,4 +69,14 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	fmt.Fprintf(io.stderr, "demo: claim store %s, %d payments, seed %d: done in %s\n",
 		*store, *payments, *seed, time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// isTerminal reports whether w is a character device, as a terminal is.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

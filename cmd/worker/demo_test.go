@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -27,7 +28,7 @@ func TestDemoBadSettings(t *testing.T) {
 		{[]string{"-store", "dynamodb"}, nil, "CLAIM_TABLE (-table) is required"},
 		{[]string{"-payments", "10"}, nil, "-payments"},
 		{[]string{"-payments", "2000000"}, nil, "-payments"},
-		{[]string{"-experiment", "5"}, nil, "-experiment"},
+		{[]string{"-experiment", "9"}, nil, "-experiment"},
 		{[]string{"-experiment", "-1"}, nil, "-experiment"},
 		{[]string{"-seed", "x"}, nil, "-seed"},
 		{[]string{"extra"}, nil, `"extra"`},
@@ -59,5 +60,69 @@ func TestDemoRuns(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "done in") {
 		t.Errorf("stderr lacks the timing line:\n%s", stderr)
+	}
+}
+
+// TestDemoAll runs `worker demo` whole, as a user does, at a small size:
+// eight experiments, each row marked, the rows that must be right marked ok
+// and each of the others marked with its experiment's fault count; no
+// progress line on a stderr that is not a terminal.
+func TestDemoAll(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runDemo(t, nil, "-payments", "100")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for i := 1; i <= 8; i++ {
+		if !strings.Contains(stdout, fmt.Sprintf("\nExperiment %d: ", i)) && !strings.HasPrefix(stdout, fmt.Sprintf("Experiment %d: ", i)) {
+			t.Errorf("stdout lacks experiment %d:\n%s", i, stdout)
+		}
+	}
+	// label -> mark; experiment 1's check-then-act row depends on the race,
+	// and experiment 4's first row charges again for any attempt that
+	// outlasts the client's 200 ms, which a loaded machine adds to the
+	// injected ones: only its direction is certain.
+	want := map[string]string{
+		"no deduplication":                  "double 5",
+		"claim first, atomically":           "ok",
+		"claim, then charge":                "lost 2",
+		"claim, charge, release on failure": "ok",
+		"claim without lease":               "lost 2",
+		"claim with lease":                  "ok",
+		"retry without key":                 "double ",
+		"retry with idempotency key":        "ok",
+		"increment on each delivery":        "double 5",
+		"set the new state":                 "ok",
+		"conditional state transition":      "ok",
+		"claims kept 1 hour":                "double 5",
+		"claims kept past queue retention":  "ok",
+		"write, then complete":              "double 2",
+		"one transaction":                   "ok",
+		"retry with the forgotten key":      "double 2",
+		"look up before charging":           "ok",
+	}
+	seen := 0
+	for line := range strings.SplitSeq(stdout, "\n") {
+		for label, mark := range want {
+			if !strings.HasPrefix(line, label+"  ") {
+				continue
+			}
+			seen++
+			cell := line[strings.LastIndex(line, "   ")+3:]
+			ok := cell == mark
+			if strings.HasSuffix(mark, " ") { // a direction only
+				ok = strings.HasPrefix(cell, mark)
+			}
+			if !ok {
+				t.Errorf("row %q does not end with the mark %q", line, mark)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the %d rows:\n%s", seen, len(want), stdout)
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "done in") {
+		t.Errorf("stderr is not just the closing line (progress goes to a terminal only):\n%s", stderr)
 	}
 }

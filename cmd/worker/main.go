@@ -39,6 +39,8 @@ func commands() map[string]command {
 		"demo":     {"reproduce the experiments that show why claims, leases and keys are needed", cmdDemo},
 		"provider": {"serve the fake payment provider (honours Idempotency-Key, injects faults)", cmdProvider},
 		"setup":    {"create the queue, dead-letter queue and claim table for local development", cmdSetup},
+		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
+		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
 	}
 }
 
@@ -66,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
+	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
 	var ue usageError
@@ -87,7 +89,7 @@ Usage: worker <command> [flags]   (each flag also reads the environment variable
 
 Commands:
 `)
-	for _, name := range []string{"run", "demo", "provider", "setup"} {
+	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive"} {
 		fmt.Fprintf(w, "  %-9s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, `

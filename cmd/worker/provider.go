@@ -25,6 +25,8 @@ func cmdProvider(ctx context.Context, args []string, io stdio) error {
 	timeoutDelay := s.Duration("timeout-delay", "PROVIDER_TIMEOUT_DELAY", 30*time.Second, "how long a -charge-then-timeout answer is held back")
 	latency := s.Duration("latency", "PROVIDER_LATENCY", 0, "time every charge takes")
 	ignoreKeys := s.Bool("ignore-keys", "PROVIDER_IGNORE_KEYS", false, "charge on every call, ignoring Idempotency-Key (shows what happens without keys)")
+	keyLifetime := s.Duration("key-lifetime", "PROVIDER_FAKE_KEY_LIFETIME", 24*time.Hour, "how long a key is remembered after its first use (charges stay listed); 0 remembers keys forever")
+	disableLookup := s.Bool("disable-lookup", "PROVIDER_FAKE_DISABLE_LOOKUP", false, "answer GET /v1/charges?payment_id= with 404, as a provider that cannot look charges up")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +50,9 @@ func cmdProvider(ctx context.Context, args []string, io stdio) error {
 	if *latency < 0 {
 		return usagef("PROVIDER_LATENCY (-latency) must be >= 0, got %v", *latency)
 	}
+	if *keyLifetime < 0 {
+		return usagef("PROVIDER_FAKE_KEY_LIFETIME (-key-lifetime) must be >= 0, got %v", *keyLifetime)
+	}
 
 	fake := fakeprovider.New(fakeprovider.Config{
 		FailBeforeCharge:  *failBefore,
@@ -55,6 +60,8 @@ func cmdProvider(ctx context.Context, args []string, io stdio) error {
 		TimeoutDelay:      *timeoutDelay,
 		Latency:           *latency,
 		IgnoreKeys:        *ignoreKeys,
+		KeyLifetime:       *keyLifetime,
+		DisableLookup:     *disableLookup,
 	})
 	defer fake.Close()
 	ln, err := net.Listen("tcp", *addr)

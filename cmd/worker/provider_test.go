@@ -120,6 +120,8 @@ func TestProviderCommandRejectsBadSettings(t *testing.T) {
 		{"negative latency", []string{"-latency", "-1s"}, nil, "PROVIDER_LATENCY (-latency) must be >= 0"},
 		{"zero timeout delay", []string{"-timeout-delay", "0s"}, nil, "PROVIDER_TIMEOUT_DELAY (-timeout-delay) must be > 0"},
 		{"ignore-keys not a boolean", nil, map[string]string{"PROVIDER_IGNORE_KEYS": "sometimes"}, "PROVIDER_IGNORE_KEYS"},
+		{"negative key lifetime", []string{"-key-lifetime", "-1s"}, nil, "PROVIDER_FAKE_KEY_LIFETIME (-key-lifetime) must be >= 0"},
+		{"disable-lookup not a boolean", nil, map[string]string{"PROVIDER_FAKE_DISABLE_LOOKUP": "maybe"}, "PROVIDER_FAKE_DISABLE_LOOKUP"},
 		{"address without port", []string{"-addr", "localhost"}, nil, "PROVIDER_ADDR (-addr)"},
 		{"unexpected argument", []string{"extra"}, nil, `unexpected argument "extra"`},
 	}
@@ -136,4 +138,79 @@ func TestProviderCommandRejectsBadSettings(t *testing.T) {
 			t.Errorf("%s: stdout = %q, want nothing", tt.name, stdout.String())
 		}
 	}
+}
+
+// startProviderCommand runs `worker provider` with args and env until the
+// test ends, and returns its base URL.
+func startProviderCommand(t *testing.T, args []string, env map[string]string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	stdout, stdoutW := io.Pipe()
+	var stderr providerOutput
+	exit := make(chan int, 1)
+	go func() {
+		code := run(ctx, append([]string{"provider", "-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdoutW, &stderr)
+		_ = stdoutW.Close()
+		exit <- code
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exit; code != 0 {
+			t.Errorf("exit status %d, want 0 (stderr: %s)", code, stderr.String())
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the first line: %v (stderr: %s)", err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return strings.TrimSpace(strings.TrimPrefix(line, "provider: listening on "))
+}
+
+func TestProviderCommandKeyLifetimeAndLookup(t *testing.T) {
+	t.Parallel()
+	get := func(url string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// A key forgotten after 300ms is charged again; the lookup lists both.
+	base := startProviderCommand(t, []string{"-key-lifetime", "300ms"}, nil)
+	c, err := provider.NewClient(provider.Config{BaseURL: base, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	p := provider.Payment{PaymentID: "pay_life", Amount: 100, Currency: "EUR"}
+	first, err := c.Charge(t.Context(), "k", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	second, err := c.Charge(t.Context(), "k", p)
+	if err != nil || second.Replayed || second.ID == first.ID {
+		t.Fatalf("after the key lifetime: %+v, %v; want a new charge", second, err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/charges?payment_id=pay_life", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list provider.ChargeList
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	_ = resp.Body.Close()
+	if err != nil || len(list.Data) != 2 {
+		t.Errorf("lookup = %+v, %v; want both charges", list, err)
+	}
+
+	off := startProviderCommand(t, nil, map[string]string{"PROVIDER_FAKE_DISABLE_LOOKUP": "true"})
+	if status := get(off + "/v1/charges?payment_id=pay_life"); status != http.StatusNotFound {
+		t.Errorf("lookup with PROVIDER_FAKE_DISABLE_LOOKUP=true = %d, want 404", status)
+	}
+	http.DefaultClient.CloseIdleConnections()
 }

@@ -109,7 +109,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 	client, err := provider.NewClient(provider.Config{
 		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
 		Logger: log,
@@ -133,6 +133,15 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		log: log, aws: cfg, store: store, client: client,
 		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
 	}, nil
+}
+
+// readableDurations writes durations in log lines as Go duration strings
+// ("30s", "1.5s") rather than the JSON handler's nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // startError turns the worker's refusal to start into a usage error (exit

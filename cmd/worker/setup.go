@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,6 +29,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
 	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
 	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
+	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -75,14 +77,39 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	fmt.Fprintf(io.stdout, "QUEUE_URL=%s\nDLQ_URL=%s\nCLAIM_TABLE=%s\n", queueURL, dlqURL, *table)
 	if *ledgerTable != "" {
 		if err := ledger.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *ledgerTable); err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
-		fmt.Fprintf(io.stdout, "LEDGER_TABLE=%s\n", *ledgerTable)
+	}
+	out := [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}}
+	if *ledgerTable != "" {
+		out = append(out, [2]string{"LEDGER_TABLE", *ledgerTable})
+	}
+	for _, kv := range out {
+		if *export {
+			fmt.Fprintf(io.stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+		} else {
+			fmt.Fprintf(io.stdout, "%s=%s\n", kv[0], kv[1])
+		}
 	}
 	return nil
+}
+
+// shellQuote returns s as one POSIX shell word: as is when it is made of
+// safe characters only, else in single quotes.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // createQueue creates a queue or, if it exists, sets its attributes to attrs.

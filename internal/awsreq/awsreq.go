@@ -31,6 +31,10 @@ func (c *Counter) APIOption() func(*middleware.Stack) error {
 	}
 }
 
+// Add counts one request to op ("Service.Operation"), for requests counted
+// elsewhere than in the SDK (e.g. by a proxy in front of another process).
+func (c *Counter) Add(op string) { c.add(op) }
+
 func (c *Counter) add(op string) {
 	c.mu.Lock()
 	c.counts[op]++

@@ -1,18 +1,26 @@
 package fakeprovider
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/idempotency"
 	"github.com/claimfirst/claimfirst/provider"
 )
 
@@ -48,6 +56,17 @@ type Config struct {
 	// before charging on its first attempt and is then no longer new.
 	// Defaults to nil.
 	TimeoutFirst func(key string, p provider.Payment) bool
+	// KeyLifetime is how long a key is remembered after its first use: a
+	// request with it after that is a new request and charges again, as with
+	// a provider that prunes keys (Stripe: after 24 hours). Charges stay
+	// listed by the lookup. Defaults to 0: keys are never forgotten.
+	KeyLifetime time.Duration
+	// DisableLookup makes GET /v1/charges answer 404, as a provider that
+	// cannot look charges up. Defaults to false.
+	DisableLookup bool
+	// Now is the clock of KeyLifetime and of the charges' creation times.
+	// Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Stats counts what a Server did.
@@ -67,6 +86,8 @@ type Stats struct {
 	// Faults counts injected faults: failures before charging and timeouts
 	// after charging.
 	Faults int64 `json:"faults"`
+	// Lookups counts charge lookups answered (GET /v1/charges).
+	Lookups int64 `json:"lookups,omitempty"`
 	// ChargesByPayment counts charges per payment_id.
 	ChargesByPayment map[string]int64 `json:"charges_by_payment"`
 }
@@ -84,33 +105,33 @@ func (s Stats) DuplicateCharges() []string {
 }
 
 // Server is the fake provider, an http.Handler. It is safe for concurrent use.
+//
+// Its charge route is the idempotency middleware over a memory claim store,
+// around a handler that charges: request validation and the faults that
+// happen before the key is looked at stay outside the middleware, latency and
+// the decision to fail or hold inside it, and a held answer is held after
+// the middleware has stored it, so a retry meanwhile gets the replay.
 type Server struct {
-	cfg  Config
-	mux  *http.ServeMux
-	done chan struct{} // closed by Close
-	once sync.Once
+	cfg    Config
+	mux    *http.ServeMux
+	charge http.Handler  // the middleware around chargeOnce
+	store  *memory.Store // the middleware's claims
+	done   chan struct{} // closed by Close
+	once   sync.Once
 
-	mu    sync.Mutex
-	keys  map[string]*entry
-	tried map[string]bool // IgnoreKeys: fault identities seen
-	stats Stats
+	mu      sync.Mutex
+	keys    map[string]*keyLife                // KeyLifetime: each key's current generation
+	tried   map[string]bool                    // fault identities seen: keys, or (IgnoreKeys) payments
+	charges map[string][]provider.ChargeRecord // by payment_id
+	stats   Stats
 }
 
-// entry is the state of one idempotency key.
-type entry struct {
-	state   state
-	payment provider.Payment // the payment of the request that holds or set the result
-	status  int              // the stored answer, once done
-	body    []byte
+// keyLife is a key's memory: a key first used longer than KeyLifetime ago
+// is forgotten by moving it to a new generation, a new scope in the store.
+type keyLife struct {
+	gen      int
+	firstUse time.Time
 }
-
-type state int
-
-const (
-	inProgress state = iota + 1
-	failed           // the first attempt failed before charging: nothing stored
-	done             // status and body are the key's result
-)
 
 // New returns a Server for cfg.
 func New(cfg Config) *Server {
@@ -123,15 +144,40 @@ func New(cfg Config) *Server {
 	if cfg.TimeoutFirst == nil {
 		cfg.TimeoutFirst = fraction("charge-then-timeout:", cfg.ChargeThenTimeout)
 	}
-	s := &Server{
-		cfg:   cfg,
-		mux:   http.NewServeMux(),
-		done:  make(chan struct{}),
-		keys:  make(map[string]*entry),
-		tried: make(map[string]bool),
-		stats: Stats{ChargesByPayment: make(map[string]int64)},
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	s.mux.HandleFunc("POST /v1/charges", s.charge)
+	s := &Server{
+		cfg:     cfg,
+		mux:     http.NewServeMux(),
+		done:    make(chan struct{}),
+		keys:    make(map[string]*keyLife),
+		tried:   make(map[string]bool),
+		charges: make(map[string][]provider.ChargeRecord),
+		stats:   Stats{ChargesByPayment: make(map[string]int64)},
+	}
+	s.store = memory.New(memory.Config{})
+	mw, err := idempotency.New(idempotency.Options{
+		Store:           s.store,
+		Required:        true,
+		Methods:         []string{http.MethodPost},
+		Scope:           func(r *http.Request) string { return requestFrom(r.Context()).scope },
+		MaxKeyBytes:     provider.MaxKeyBytes,
+		MaxRequestBytes: maxBodyBytes,
+		StoredHeaders:   []string{"Content-Type"},
+		Fingerprint:     func(r *http.Request, _ []byte) string { return requestFrom(r.Context()).payment.fingerprint() },
+		Retention:       100 * 365 * 24 * time.Hour, // KeyLifetime forgets keys, by generation
+		Owner:           "fakeprovider",
+		Reject:          s.reject,
+		Observe:         s.observe,
+		Logger:          slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic("fakeprovider: " + err.Error()) // the options above are constant
+	}
+	s.charge = mw(http.HandlerFunc(s.chargeOnce))
+	s.mux.HandleFunc("POST "+provider.ChargesPath, s.serveCharge)
+	s.mux.HandleFunc("GET "+provider.ChargesPath, s.serveLookup)
 	s.mux.HandleFunc("GET /stats", s.serveStats)
 	return s
 }
@@ -168,7 +214,7 @@ func unit(salt, key string) float64 {
 	return float64(h>>11) / (1 << 53)
 }
 
-// ServeHTTP serves POST /v1/charges and GET /stats.
+// ServeHTTP serves POST /v1/charges, GET /v1/charges?payment_id= and GET /stats.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // Stats returns a copy of the counters.
@@ -183,6 +229,14 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
+// Charges returns the charges of a payment, oldest first, as the lookup
+// lists them.
+func (s *Server) Charges(paymentID string) []provider.ChargeRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.charges[paymentID])
+}
+
 // Close releases every request held back by Latency or TimeoutDelay, now and
 // later, so that servers and tests stop promptly. The Server keeps serving.
 func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
@@ -191,10 +245,57 @@ func (s *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.Stats())
 }
 
+func (s *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.DisableLookup {
+		writeError(w, http.StatusNotFound, provider.TypeInvalidRequest, "charges cannot be looked up here")
+		return
+	}
+	id := r.URL.Query().Get(provider.PaymentIDParam)
+	if id == "" {
+		writeError(w, http.StatusBadRequest, provider.TypeInvalidRequest, "the payment_id query parameter is required")
+		return
+	}
+	s.mu.Lock()
+	s.stats.Lookups++
+	list := provider.ChargeList{Data: slices.Clone(s.charges[id])}
+	s.mu.Unlock()
+	if list.Data == nil {
+		list.Data = []provider.ChargeRecord{}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
 // maxBodyBytes bounds a charge request's body.
 const maxBodyBytes = 64 << 10
 
-func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
+// request is what the charge route learns about a request before the
+// middleware, for its fingerprint, scope and the handler under it.
+type request struct {
+	payment payment
+	scope   string // the key's generation, "" for the first
+	hold    bool   // set under the claim: hold the stored answer back
+}
+
+type payment provider.Payment
+
+// fingerprint identifies a payment by its fields, however its JSON is spelled.
+func (p payment) fingerprint() string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%q|%d|%q", p.PaymentID, p.Amount, p.Currency))
+	return hex.EncodeToString(sum[:])
+}
+
+type requestKey struct{}
+
+func requestFrom(ctx context.Context) *request {
+	rq, _ := ctx.Value(requestKey{}).(*request)
+	if rq == nil {
+		return &request{}
+	}
+	return rq
+}
+
+// serveCharge validates the request, then passes it to the middleware.
+func (s *Server) serveCharge(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.stats.Calls++
 	s.mu.Unlock()
@@ -219,67 +320,113 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		s.chargeIgnoringKey(r.Context(), w, key, p)
 		return
 	}
-	if err := provider.CheckKey(key); err != nil {
-		writeError(w, http.StatusBadRequest, provider.TypeInvalidRequest, "a valid Idempotency-Key header is required: "+err.Error())
-		return
+	rq := &request{payment: payment(p), scope: s.scope(key)}
+	r = r.WithContext(context.WithValue(r.Context(), requestKey{}, rq))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The answer is buffered so that a held one can wait after the
+	// middleware stored it.
+	buf := &bufferedResponse{header: http.Header{}}
+	s.charge.ServeHTTP(buf, r)
+	if rq.hold {
+		s.wait(r.Context().Done(), s.cfg.TimeoutDelay)
 	}
+	buf.writeTo(w)
+}
 
-	s.mu.Lock()
-	e, seen := s.keys[key]
-	if seen {
-		switch e.state {
-		case inProgress:
-			s.stats.Conflicts++
-			s.mu.Unlock()
-			writeError(w, http.StatusConflict, provider.TypeKeyInUse, "a request with this Idempotency-Key is still being processed")
-			return
-		case done:
-			if e.payment != p {
-				s.stats.Mismatches++
-				s.mu.Unlock()
-				writeError(w, http.StatusUnprocessableEntity, provider.TypeKeyMismatch, "this Idempotency-Key was used with a different payment")
-				return
-			}
-			s.stats.Replays++
-			status, stored := e.status, e.body
-			s.mu.Unlock()
-			w.Header().Set("Idempotent-Replayed", "true")
-			writeBody(w, status, stored)
-			return
-		case failed:
-			// Nothing was stored: this request starts over.
-		}
-	} else {
-		e = &entry{}
-		s.keys[key] = e
+// scope returns the store scope of key: its generation, moved on when the
+// key's first use is KeyLifetime ago and no request with it is in progress.
+func (s *Server) scope(key string) string {
+	if s.cfg.KeyLifetime <= 0 || key == "" {
+		return ""
 	}
-	e.state, e.payment = inProgress, p
-	fail := !seen && s.cfg.FailFirst(key, p)
-	hold := !seen && !fail && s.cfg.TimeoutFirst(key, p)
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	switch {
+	case k == nil:
+		k = &keyLife{firstUse: now}
+		s.keys[key] = k
+	case now.Sub(k.firstUse) >= s.cfg.KeyLifetime && !s.inProgress(genScope(k.gen)+key):
+		k.gen++
+		k.firstUse = now
+	}
+	return genScope(k.gen)
+}
+
+// genScope is the store scope of a key's generation gen.
+func genScope(gen int) string {
+	if gen == 0 {
+		return ""
+	}
+	return "gen" + strconv.Itoa(gen) + "#"
+}
+
+// inProgress reports whether the claim of storeKey is held by a request
+// still running: its key is not forgotten under it.
+func (s *Server) inProgress(storeKey string) bool {
+	c, err := s.store.Get(context.Background(), storeKey)
+	return err == nil && c.Status == claimstore.StatusInProgress && time.Now().Before(c.LeaseUntil)
+}
+
+// chargeOnce runs under the key's claim: the first request with a key, or
+// the retry after a failure released it.
+func (s *Server) chargeOnce(w http.ResponseWriter, r *http.Request) {
+	rq := requestFrom(r.Context())
+	p := provider.Payment(rq.payment)
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	first := !s.tried[key]
+	s.tried[key] = true
+	fail := first && s.cfg.FailFirst(key, p)
+	hold := first && !fail && s.cfg.TimeoutFirst(key, p)
 	if fail || hold {
 		s.stats.Faults++
 	}
+	s.mu.Unlock()
 	if fail {
-		e.state = failed
-		s.mu.Unlock()
+		// A 5xx: the middleware releases the key, so a retry charges.
 		writeError(w, http.StatusServiceUnavailable, provider.TypeUnavailable, "injected fault: failed before charging")
 		return
 	}
-	s.mu.Unlock()
-
 	// Charging takes Latency, whether or not the caller waits for it.
 	s.wait(nil, s.cfg.Latency)
-
 	s.mu.Lock()
-	e.status, e.body = s.result(p)
-	e.state = done
-	status, stored := e.status, e.body
+	status, body := s.result(p)
 	s.mu.Unlock()
+	rq.hold = hold
+	writeBody(w, status, body)
+}
 
-	if hold {
-		s.wait(r.Context().Done(), s.cfg.TimeoutDelay)
+// reject writes the middleware's refusals in the provider's error format.
+// A 409 carries no Retry-After, as the providers this fake stands for send none.
+func (s *Server) reject(w http.ResponseWriter, _ *http.Request, rej idempotency.Rejection) {
+	switch rej.Outcome {
+	case idempotency.MissingKey, idempotency.InvalidKey:
+		writeError(w, http.StatusBadRequest, provider.TypeInvalidRequest, "a valid Idempotency-Key header is required: "+rej.Detail)
+	case idempotency.InFlight:
+		writeError(w, http.StatusConflict, provider.TypeKeyInUse, "a request with this Idempotency-Key is still being processed")
+	case idempotency.Mismatch:
+		writeError(w, http.StatusUnprocessableEntity, provider.TypeKeyMismatch, "this Idempotency-Key was used with a different payment")
+	case idempotency.RequestTooLarge:
+		writeError(w, rej.Status, provider.TypeInvalidRequest, rej.Detail)
+	default:
+		writeError(w, rej.Status, provider.TypeUnavailable, rej.Detail)
 	}
-	writeBody(w, status, stored)
+}
+
+// observe counts the middleware's outcomes that Stats reports.
+func (s *Server) observe(_ *http.Request, o idempotency.Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch o {
+	case idempotency.Replayed:
+		s.stats.Replays++
+	case idempotency.InFlight:
+		s.stats.Conflicts++
+	case idempotency.Mismatch:
+		s.stats.Mismatches++
+	}
 }
 
 func (s *Server) chargeIgnoringKey(ctx context.Context, w http.ResponseWriter, key string, p provider.Payment) {
@@ -318,8 +465,45 @@ func (s *Server) result(p provider.Payment) (int, []byte) {
 	}
 	s.stats.Charges++
 	s.stats.ChargesByPayment[p.PaymentID]++
-	body, _ := json.Marshal(provider.Charge{ID: newChargeID(), Status: provider.StatusSucceeded})
+	ch := provider.Charge{ID: newChargeID(), Status: provider.StatusSucceeded}
+	s.charges[p.PaymentID] = append(s.charges[p.PaymentID], provider.ChargeRecord{
+		ID: ch.ID, PaymentID: p.PaymentID, Amount: p.Amount, Currency: p.Currency, Status: ch.Status, Created: s.cfg.Now().UTC(),
+	})
+	body, _ := json.Marshal(ch)
 	return http.StatusOK, body
+}
+
+// bufferedResponse holds an answer until writeTo.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) writeTo(w http.ResponseWriter) {
+	for k, vs := range b.header {
+		w.Header()[k] = vs
+	}
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	w.WriteHeader(b.status)
+	_, _ = w.Write(b.body.Bytes())
 }
 
 // wait sleeps d, returning early when cancel is closed or the Server is.

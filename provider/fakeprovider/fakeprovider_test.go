@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -428,7 +429,8 @@ func TestStatsEndpointAndRoutes(t *testing.T) {
 		method, path string
 		status       int
 	}{
-		{http.MethodGet, "/v1/charges", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/charges", http.StatusBadRequest}, // a lookup needs payment_id
+		{http.MethodDelete, "/v1/charges", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/stats", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/v1/other", http.StatusNotFound},
 	} {
@@ -453,4 +455,139 @@ func TestDuplicateCharges(t *testing.T) {
 	if got := (fakeprovider.Stats{}).DuplicateCharges(); len(got) != 0 {
 		t.Errorf("DuplicateCharges() of nothing = %q", got)
 	}
+}
+
+// lookup lists a payment's charges over HTTP.
+func lookup(t *testing.T, srv *httptest.Server, paymentID string) (int, provider.ChargeList) {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + "/v1/charges?payment_id=" + url.QueryEscape(paymentID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list provider.ChargeList
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode, list
+}
+
+func TestLookupListsAPaymentsCharges(t *testing.T) {
+	t.Parallel()
+	fake, srv := start(t, fakeprovider.Config{})
+	before := time.Now().UTC().Add(-time.Second)
+	a := post(t, srv, "k1", payment("pay_l", 700))
+	b := post(t, srv, "k2", payment("pay_l", 700)) // another key: the provider cannot know it is the same payment
+	post(t, srv, "k1", payment("pay_l", 700))      // a replay charges nothing
+	post(t, srv, "k3", payment("decline_l", 1))    // a decline is no charge
+
+	status, list := lookup(t, srv, "pay_l")
+	if status != http.StatusOK || len(list.Data) != 2 {
+		t.Fatalf("lookup = %d %+v, want the two charges", status, list)
+	}
+	for i, want := range []string{a.charge.ID, b.charge.ID} {
+		c := list.Data[i]
+		if c.ID != want || c.PaymentID != "pay_l" || c.Amount != 700 || c.Currency != "EUR" || c.Status != provider.StatusSucceeded ||
+			c.Created.Before(before) || c.Created.After(time.Now().Add(time.Second)) {
+			t.Errorf("charge %d = %+v, want %s of pay_l, 700 EUR, succeeded, created now", i, c, want)
+		}
+	}
+	// None is an empty list, not null.
+	resp, err := srv.Client().Get(srv.URL + "/v1/charges?payment_id=decline_l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(raw)) != `{"data":[]}` {
+		t.Errorf("lookup of an uncharged payment = %d %s, want 200 {\"data\":[]}", resp.StatusCode, raw)
+	}
+	if st := fake.Stats(); st.Lookups != 2 || st.Calls != 4 {
+		t.Errorf("stats = %+v, want 2 lookups, and lookups are not charge calls", st)
+	}
+}
+
+func TestLookupCanBeSwitchedOff(t *testing.T) {
+	t.Parallel()
+	_, srv := start(t, fakeprovider.Config{DisableLookup: true})
+	post(t, srv, "k1", payBody)
+	if status, _ := lookup(t, srv, "pay_1"); status != http.StatusNotFound {
+		t.Errorf("lookup switched off = %d, want 404", status)
+	}
+}
+
+// clock is a settable clock for KeyLifetime.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func TestKeyLifetimeForgetsKeysButNotCharges(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Now()}
+	fake, srv := start(t, fakeprovider.Config{KeyLifetime: 24 * time.Hour, Now: clk.now})
+	first := post(t, srv, "k", payBody)
+	clk.advance(24*time.Hour - time.Millisecond)
+	if a := post(t, srv, "k", payBody); !a.replayed || a.charge != first.charge {
+		t.Fatalf("just inside the lifetime = %+v, want the replay of %+v", a, first.charge)
+	}
+	clk.advance(time.Millisecond)
+	late := post(t, srv, "k", payBody)
+	if late.status != http.StatusOK || late.replayed || late.charge.ID == first.charge.ID {
+		t.Fatalf("at the lifetime = %+v, want the key forgotten: a new charge", late)
+	}
+	// The forgotten key's new life replays its own result, and another
+	// payload with it is a new mismatch, not compared with the forgotten one.
+	if a := post(t, srv, "k", payBody); !a.replayed || a.charge != late.charge {
+		t.Errorf("after the new charge = %+v, want its replay", a)
+	}
+	if a := post(t, srv, "k", payment("pay_1", 1)); a.status != http.StatusUnprocessableEntity {
+		t.Errorf("another payload = %+v, want 422", a)
+	}
+	st := fake.Stats()
+	if st.Charges != 2 || !reflect.DeepEqual(st.DuplicateCharges(), []string{"pay_1"}) {
+		t.Errorf("stats = %+v, want pay_1 charged twice", st)
+	}
+	if _, list := lookup(t, srv, "pay_1"); len(list.Data) != 2 || list.Data[0].ID != first.charge.ID || list.Data[1].ID != late.charge.ID {
+		t.Errorf("lookup = %+v, want both charges listed, the forgotten key's first", list)
+	}
+}
+
+func TestKeysAreRememberedWithoutALifetime(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Now()}
+	_, srv := start(t, fakeprovider.Config{Now: clk.now})
+	first := post(t, srv, "k", payBody)
+	clk.advance(1000 * time.Hour)
+	if a := post(t, srv, "k", payBody); !a.replayed || a.charge != first.charge {
+		t.Errorf("1000h later without KeyLifetime = %+v, want the replay", a)
+	}
+}
+
+func TestKeyInProgressIsNotForgotten(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fake := fakeprovider.New(fakeprovider.Config{KeyLifetime: time.Minute, Latency: time.Hour})
+		defer fake.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serve(t, fake, "k", payBody)
+		}()
+		synctest.Wait()
+		time.Sleep(2 * time.Minute) // past the lifetime, still charging
+		if a := serve(t, fake, "k", payBody); a.status != http.StatusConflict {
+			t.Errorf("the key past its lifetime while its first request charges = %+v, want 409", a)
+		}
+		<-done
+		if st := fake.Stats(); st.Charges != 1 {
+			t.Errorf("charges = %d, want 1", st.Charges)
+		}
+	})
 }

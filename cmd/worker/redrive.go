@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/redrive"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// cmdRedrive is `worker redrive`: the queue's dead-letter messages back to it.
+func cmdRedrive(ctx context.Context, args []string, io stdio) error {
+	s := newSettings("redrive", io)
+	queueURL := s.String("queue-url", "QUEUE_URL", "", "source SQS queue URL; its redrive policy names the dead-letter queue (required)")
+	dryRun := s.fs.Bool("dry-run", false, "count the dead-letter messages per DeadLetterReason; change nothing")
+	maxN := s.fs.Int("max", 0, "move (or count) at most this many messages (0: all)")
+	native := s.fs.Bool("native", false, "use SQS's StartMessageMoveTask: faster for big queues, but it keeps DeadLetterReason, "+
+		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; falls back to the loop where unsupported")
+	s.fs.Usage = func() {
+		fmt.Fprint(s.fs.Output(), `Usage: worker redrive [flags]
+
+Moves the messages of the queue's dead-letter queue (from its redrive policy)
+back to it: each is sent, then deleted, ten at a time, keeping the body and
+the message attributes except DeadLetterReason, and keeping (or adding)
+OriginalMessageId so that a message_id key survives. An interrupt finishes the
+batch in flight; a crash between send and delete leaves a duplicate, which the
+claim absorbs. -dry-run counts the messages per reason and changes nothing.
+
+`)
+		s.fs.PrintDefaults()
+	}
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
+		return err
+	}
+	if *maxN < 0 {
+		return usagef("redrive: -max %d: must not be negative", *maxN)
+	}
+	if *native && *maxN > 0 && !*dryRun {
+		return usagef("redrive: -max is not available with -native: SQS's move task moves every message")
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return err
+	}
+	api := sqs.NewFromConfig(cfg)
+	q, err := worker.ReadQueue(ctx, api, *queueURL)
+	if err != nil {
+		return fmt.Errorf("redrive: %w", err)
+	}
+	if q.DeadLetterURL == "" {
+		return fmt.Errorf("redrive: queue %s has no redrive policy, so no dead-letter queue", *queueURL)
+	}
+	depth := approximateDepth(ctx, api, q.DeadLetterURL)
+	prog := newProgress(io.stderr, depth)
+	o := redrive.Options{Max: *maxN, Progress: prog.update}
+
+	if *dryRun {
+		c, err := redrive.Count(ctx, api, q.DeadLetterURL, o)
+		prog.done()
+		if err != nil {
+			return fmt.Errorf("redrive: dry run: %w", err)
+		}
+		fmt.Fprintf(io.stdout, "dead-letter queue %s: %d messages (dry run: nothing moved)\n", q.DeadLetterURL, c.Total)
+		for _, r := range c.Reasons() {
+			fmt.Fprintf(io.stdout, "%6d  %s\n", c.ByReason[r], r)
+		}
+		return nil
+	}
+
+	if *native {
+		done, err := redriveNative(ctx, api, q, io, prog)
+		if done || err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(io.stderr, "worker redrive: moving with the receive, send, delete loop (DeadLetterReason dropped, OriginalMessageId kept)")
+	}
+	r, err := redrive.Move(ctx, api, q.URL, q.DeadLetterURL, o)
+	prog.done()
+	fmt.Fprintf(io.stdout, "moved %d messages from %s to %s\n", r.Moved, q.DeadLetterURL, q.URL)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return errors.New("redrive: interrupted; the batch in flight was finished, the rest are still in the dead-letter queue: run it again to move them")
+	case err != nil:
+		return fmt.Errorf("redrive: %d failed: %w", r.Failed, err)
+	}
+	return nil
+}
+
+// redriveNative starts SQS's move task and waits for it; done is false when
+// the endpoint has none and the loop should run instead.
+func redriveNative(ctx context.Context, api *sqs.Client, q worker.QueueInfo, io stdio, prog *progress) (done bool, err error) {
+	dlqARN, err := queueARN(ctx, api, q.DeadLetterURL)
+	if err != nil {
+		return true, err
+	}
+	srcARN, err := queueARN(ctx, api, q.URL)
+	if err != nil {
+		return true, err
+	}
+	handle, err := redrive.StartNative(ctx, api, dlqARN, srcARN)
+	if errors.Is(err, redrive.ErrNativeUnsupported) {
+		fmt.Fprintf(io.stderr, "worker redrive: %s; moving with the receive, send, delete loop instead\n", strings.TrimPrefix(err.Error(), "redrive: "))
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("redrive: %w", err)
+	}
+	fmt.Fprintf(io.stderr, "worker redrive: SQS move task %s started\n", handle)
+	t, err := redrive.WaitNative(ctx, api, dlqARN, 2*time.Second, func(t redrive.Task) { prog.update(int(t.Moved)) })
+	prog.done()
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(io.stdout, "stopped waiting; the move task goes on in SQS (cancel it with: aws sqs cancel-message-move-task --task-handle %s)\n", handle)
+		return true, nil
+	case err != nil:
+		return true, fmt.Errorf("redrive: %w", err)
+	case t.Status != "COMPLETED":
+		return true, fmt.Errorf("redrive: move task %s: %s after %d messages: %s", handle, t.Status, t.Moved, t.Failure)
+	}
+	fmt.Fprintf(io.stdout, "moved %d messages from %s to %s (SQS move task)\n", t.Moved, q.DeadLetterURL, q.URL)
+	return true, nil
+}
+
+func queueARN(ctx context.Context, api *sqs.Client, url string) (string, error) {
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return "", fmt.Errorf("redrive: queue %s: %w", url, err)
+	}
+	return out.Attributes[string(types.QueueAttributeNameQueueArn)], nil
+}
+
+// approximateDepth is the dead-letter queue's approximate message count, or
+// -1 if it cannot be read: for the progress line only.
+func approximateDepth(ctx context.Context, api *sqs.Client, url string) int {
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
+	})
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// progress rewrites one line on stderr, only when stderr is a terminal.
+type progress struct {
+	w     io.Writer // nil: not a terminal
+	total int
+	shown bool
+}
+
+func newProgress(stderr io.Writer, total int) *progress {
+	if f, ok := stderr.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return &progress{w: stderr, total: total}
+		}
+	}
+	return &progress{}
+}
+
+func (p *progress) update(n int) {
+	if p.w == nil {
+		return
+	}
+	if p.total > 0 {
+		fmt.Fprintf(p.w, "\r%d of about %d messages", n, p.total)
+	} else {
+		fmt.Fprintf(p.w, "\r%d messages", n)
+	}
+	p.shown = true
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintln(p.w)
+		p.shown = false
+	}
+}

@@ -1,0 +1,511 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
+)
+
+// DefaultHeader is the request header that carries the key.
+const DefaultHeader = "Idempotency-Key"
+
+// ReplayedHeader marks a replayed response: "Idempotent-Replayed: true".
+const ReplayedHeader = "Idempotent-Replayed"
+
+// MaxStorableResponseBytes is the largest Options.MaxResponseBytes: the body
+// is stored base64-encoded in the claim, and a DynamoDB item holds 400 KB.
+const MaxStorableResponseBytes = 256 << 10
+
+// Options configure the middleware.
+type Options struct {
+	// Store holds the claims and the stored responses. Required.
+	Store claimstore.Store
+	// Header is the request header that carries the key. Defaults to
+	// "Idempotency-Key".
+	Header string
+	// Required makes a request without a key a 400; otherwise it passes to
+	// the handler unclaimed. Defaults to false.
+	Required bool
+	// Methods are the request methods the middleware claims; others pass
+	// through. Defaults to POST and PATCH.
+	Methods []string
+	// Scope returns the prefix of a request's key in the store (a route, a
+	// tenant), so that one table serves many APIs and keys of different
+	// scopes never meet. Prefix builds a constant one. Defaults to none.
+	Scope func(r *http.Request) string
+	// MaxKeyBytes is the longest key accepted, without the scope. Defaults to 255.
+	MaxKeyBytes int
+	// MaxRequestBytes bounds the request body the fingerprint reads: a
+	// larger one gets 413. Defaults to 1 MiB.
+	MaxRequestBytes int64
+	// MaxResponseBytes is the largest response body stored for replay, at
+	// most MaxStorableResponseBytes. Defaults to 64 KiB.
+	MaxResponseBytes int
+	// StoredHeaders are the response headers stored and replayed. Defaults
+	// to Content-Type, Content-Language, Content-Location and Location.
+	StoredHeaders []string
+	// Fingerprint says what a request is: a repeat of the key with another
+	// fingerprint gets 422. body is the whole request body. Defaults to a
+	// SHA-256 of the method, the URL path and the body.
+	Fingerprint func(r *http.Request, body []byte) string
+	// Lease is how long the first request holds its key without a renewal;
+	// it is renewed while the handler runs. Defaults to 30s.
+	Lease time.Duration
+	// Retention is how long a key's response is kept for replay. Defaults to 24h.
+	Retention time.Duration
+	// RetryAfter is the most a 409 asks the client to wait (the answer
+	// never asks past the holder's lease, and at least one second). Defaults to 1s.
+	RetryAfter time.Duration
+	// Owner names this server in its claims, for diagnostics. Defaults to
+	// "idempotency".
+	Owner string
+	// Reject writes the answer to a request the middleware refuses, in the
+	// API's own error format; it should send rej.RetryAfterSeconds() as
+	// Retry-After where there is one. Defaults to Rejection.WriteProblem
+	// (application/problem+json).
+	Reject func(w http.ResponseWriter, r *http.Request, rej Rejection)
+	// Observe, if set, is told every request's outcome (for metrics); it is
+	// called concurrently, and must not block. Defaults to nil.
+	Observe func(r *http.Request, o Outcome)
+	// Logger logs lost leases and responses that could not be stored.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Prefix returns a Scope that prefixes every key with p.
+func Prefix(p string) func(*http.Request) string {
+	return func(*http.Request) string { return p }
+}
+
+func (o *Options) setDefaults() {
+	if o.Header == "" {
+		o.Header = DefaultHeader
+	}
+	if len(o.Methods) == 0 {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if o.Scope == nil {
+		o.Scope = Prefix("")
+	}
+	if o.MaxKeyBytes == 0 {
+		o.MaxKeyBytes = 255
+	}
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = 1 << 20
+	}
+	if o.MaxResponseBytes == 0 {
+		o.MaxResponseBytes = 64 << 10
+	}
+	if o.StoredHeaders == nil {
+		o.StoredHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location"}
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = RequestFingerprint
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.Owner == "" {
+		o.Owner = "idempotency"
+	}
+	if o.Reject == nil {
+		o.Reject = func(w http.ResponseWriter, _ *http.Request, rej Rejection) { rej.WriteProblem(w) }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	if o.MaxKeyBytes < 1 || o.MaxKeyBytes > claimstore.MaxKeyBytes {
+		errs = append(errs, fmt.Errorf("MaxKeyBytes must be 1 to %d, got %d", claimstore.MaxKeyBytes, o.MaxKeyBytes))
+	}
+	if o.MaxRequestBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxRequestBytes must not be negative, got %d", o.MaxRequestBytes))
+	}
+	if o.MaxResponseBytes < 0 || o.MaxResponseBytes > MaxStorableResponseBytes {
+		errs = append(errs, fmt.Errorf("MaxResponseBytes must be 1 to %d, got %d", MaxStorableResponseBytes, o.MaxResponseBytes))
+	}
+	if o.Lease < 0 || o.Retention < 0 || o.RetryAfter < 0 {
+		errs = append(errs, errors.New("Lease, Retention and RetryAfter must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Outcome is what the middleware did with a request, as Options.Observe
+// sees it.
+type Outcome string
+
+// The outcomes of a request.
+const (
+	// Executed: the first request with its key ran the handler, and its
+	// response is stored.
+	Executed Outcome = "executed"
+	// Replayed: a repeat got the stored response.
+	Replayed Outcome = "replayed"
+	// Released: the handler answered 5xx or panicked; the key is free again.
+	Released Outcome = "released"
+	// InFlight: a repeat came while the first request ran (409).
+	InFlight Outcome = "in_flight"
+	// Mismatch: the key was used with another fingerprint (422).
+	Mismatch Outcome = "mismatch"
+	// MissingKey: a required key was missing (400).
+	MissingKey Outcome = "missing_key"
+	// InvalidKey: the key was too long or malformed (400).
+	InvalidKey Outcome = "invalid_key"
+	// RequestTooLarge: the body was over MaxRequestBytes (413).
+	RequestTooLarge Outcome = "request_too_large"
+	// NotReplayable: a repeat of a key whose response was too large to
+	// store (500); the handler ran once and does not run again.
+	NotReplayable Outcome = "not_replayable"
+	// StoreFailed: the claim store failed; before the handler ran that is a
+	// 503, after it the response was written but not stored.
+	StoreFailed Outcome = "store_failed"
+	// LeaseLost: the handler's claim was lost while it ran; its response
+	// was written but not stored.
+	LeaseLost Outcome = "lease_lost"
+	// Unkeyed: a request without a key where none is required passed through.
+	Unkeyed Outcome = "unkeyed"
+)
+
+// Rejection is an answer the middleware gives instead of the handler's.
+type Rejection struct {
+	// Status is the HTTP status: 400, 409, 413, 422, 500 or 503.
+	Status int
+	// Outcome says why.
+	Outcome Outcome
+	// Detail explains it to the client in a sentence.
+	Detail string
+	// RetryAfter, for 409 and 503, is when to try again; zero otherwise.
+	RetryAfter time.Duration
+}
+
+// RetryAfterSeconds is RetryAfter as the value of a Retry-After header:
+// whole seconds, rounded up; "" if there is none.
+func (rej Rejection) RetryAfterSeconds() string {
+	if rej.RetryAfter <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(math.Ceil(rej.RetryAfter.Seconds())), 10)
+}
+
+// WriteProblem writes rej as an RFC 9457 problem (application/problem+json),
+// with Retry-After when rej has one.
+func (rej Rejection) WriteProblem(w http.ResponseWriter) {
+	if s := rej.RetryAfterSeconds(); s != "" {
+		w.Header().Set("Retry-After", s)
+	}
+	body, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(rej.Status), rej.Status, rej.Detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(rej.Status)
+	_, _ = w.Write(body)
+}
+
+// RequestFingerprint is the default fingerprint: a SHA-256 of the method,
+// the URL path and the body.
+func RequestFingerprint(r *http.Request, body []byte) string {
+	h := sha256.New()
+	_, _ = io.WriteString(h, r.Method+"\n"+r.URL.Path+"\n")
+	_, _ = h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// callKey is the context key of the handler's once.Call.
+type callKey struct{}
+
+// FromContext returns the claim a handler runs under: its key (scoped),
+// fencing token and first acquisition. ok is false outside the middleware.
+func FromContext(ctx context.Context) (c once.Call, ok bool) {
+	c, ok = ctx.Value(callKey{}).(once.Call)
+	return c, ok
+}
+
+// New returns the middleware for opts, or an error naming each bad option.
+func New(opts Options) (func(http.Handler) http.Handler, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("idempotency: %w", err)
+	}
+	m := &middleware{o: opts, methods: make(map[string]bool, len(opts.Methods))}
+	for _, meth := range opts.Methods {
+		m.methods[meth] = true
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+	}, nil
+}
+
+type middleware struct {
+	o       Options
+	methods map[string]bool
+}
+
+// errServerError is the failure a 5xx response makes of the handler's call:
+// the claim is released.
+type errServerError struct{ status int }
+
+func (e errServerError) Error() string { return fmt.Sprintf("handler answered %d", e.status) }
+
+func (m *middleware) observe(r *http.Request, o Outcome) {
+	if m.o.Observe != nil {
+		m.o.Observe(r, o)
+	}
+}
+
+func (m *middleware) reject(w http.ResponseWriter, r *http.Request, rej Rejection) {
+	m.observe(r, rej.Outcome)
+	m.o.Reject(w, r, rej)
+}
+
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if !m.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(m.o.Header)
+	if len(values) == 0 || values[0] == "" && len(values) == 1 {
+		if m.o.Required {
+			m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: MissingKey, Detail: "the " + m.o.Header + " header is missing"})
+			return
+		}
+		m.observe(r, Unkeyed)
+		next.ServeHTTP(w, r)
+		return
+	}
+	key := values[0]
+	if err := m.checkKey(key, len(values)); err != nil {
+		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: err.Error()})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			m.reject(w, r, Rejection{Status: http.StatusRequestEntityTooLarge, Outcome: RequestTooLarge,
+				Detail: fmt.Sprintf("the request body is larger than %d bytes", m.o.MaxRequestBytes)})
+			return
+		}
+		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: RequestTooLarge, Detail: "the request body could not be read"})
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	fingerprint := m.o.Fingerprint(r, body)
+
+	var rec *recorder
+	res, err := once.Run(r.Context(), m.o.Store, m.o.Scope(r)+key, once.Options{
+		Owner: m.o.Owner, Fingerprint: fingerprint, Lease: m.o.Lease, Retention: m.o.Retention,
+	}, func(ctx context.Context, c once.Call) (string, error) {
+		rec = &recorder{w: w, max: m.o.MaxResponseBytes}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, callKey{}, c)))
+		if !rec.wrote {
+			rec.WriteHeader(http.StatusOK)
+		}
+		if rec.status >= 500 {
+			return "", errServerError{rec.status}
+		}
+		return m.encode(rec)
+	})
+	log := m.o.Logger.With(slog.String("idempotency_key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	var held *once.HeldError
+	var reused *once.KeyReusedError
+	switch {
+	case err == nil && res.Replayed:
+		m.replay(w, r, res.Value)
+	case err == nil:
+		m.observe(r, Executed)
+		if rec.over {
+			log.Warn("response too large to store: repeats of the key will get 500", slog.Int64("body_bytes", rec.size),
+				slog.Int("max_response_bytes", m.o.MaxResponseBytes))
+		}
+	case rec != nil: // the handler ran and wrote its answer; only the claim is left
+		var se errServerError
+		switch {
+		case errors.As(err, &se):
+			m.observe(r, Released)
+		case errors.Is(err, once.ErrLeaseLost):
+			m.observe(r, LeaseLost)
+			log.Warn("lease lost while the handler ran: its response was not stored", slog.Any("error", err))
+		default:
+			m.observe(r, StoreFailed)
+			log.Error("the handler's response could not be stored", slog.Any("error", err))
+		}
+	case errors.As(err, &held):
+		m.reject(w, r, Rejection{Status: http.StatusConflict, Outcome: InFlight, RetryAfter: m.retryAfter(held.Until),
+			Detail: "a request with this " + m.o.Header + " is still being processed"})
+	case errors.As(err, &reused) && !reused.HeldUntil.IsZero():
+		// Nothing is stored yet to compare with: it is in flight, as for a repeat.
+		m.reject(w, r, Rejection{Status: http.StatusConflict, Outcome: InFlight, RetryAfter: m.retryAfter(reused.HeldUntil),
+			Detail: "a request with this " + m.o.Header + " is still being processed"})
+	case errors.As(err, &reused):
+		m.reject(w, r, Rejection{Status: http.StatusUnprocessableEntity, Outcome: Mismatch,
+			Detail: "this " + m.o.Header + " was used with a different request"})
+	case errors.Is(err, claimstore.ErrInvalidKey):
+		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: "the " + m.o.Header + " is too long"})
+	default:
+		log.Error("claim store failed", slog.Any("error", err))
+		m.reject(w, r, Rejection{Status: http.StatusServiceUnavailable, Outcome: StoreFailed, RetryAfter: m.o.RetryAfter,
+			Detail: "the idempotency store is unavailable; retry with the same " + m.o.Header})
+	}
+}
+
+// checkKey reports what is wrong with a key sent n times.
+func (m *middleware) checkKey(key string, n int) error {
+	h := m.o.Header
+	switch {
+	case n > 1:
+		return fmt.Errorf("the %s header is sent %d times", h, n)
+	case len(key) > m.o.MaxKeyBytes:
+		return fmt.Errorf("the %s is %d bytes, more than %d", h, len(key), m.o.MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("the %s is not valid UTF-8", h)
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("the %s has a control character at byte %d", h, i)
+		}
+	}
+	return nil
+}
+
+// retryAfter is the wait a 409 asks for: RetryAfter, or less if the
+// holder's lease ends sooner.
+func (m *middleware) retryAfter(until time.Time) time.Duration {
+	d := m.o.RetryAfter
+	if left := time.Until(until); left < d {
+		d = left
+	}
+	return max(d, time.Second)
+}
+
+// response is a response as stored with the claim.
+type response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	// TooLarge says that the body, of BodyBytes, was over MaxResponseBytes
+	// and was not stored: the response cannot be replayed.
+	TooLarge  bool  `json:"too_large,omitempty"`
+	BodyBytes int64 `json:"body_bytes,omitempty"`
+}
+
+func (m *middleware) encode(rec *recorder) (string, error) {
+	resp := response{Status: rec.status, Header: http.Header{}}
+	for _, name := range m.o.StoredHeaders {
+		if vs := rec.header.Values(name); len(vs) > 0 {
+			resp.Header[http.CanonicalHeaderKey(name)] = vs
+		}
+	}
+	if rec.over {
+		resp.TooLarge, resp.BodyBytes = true, rec.size
+	} else {
+		resp.Body = rec.body.Bytes()
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, stored string) {
+	var resp response
+	if err := json.Unmarshal([]byte(stored), &resp); err != nil || resp.Status < 200 {
+		m.reject(w, r, Rejection{Status: http.StatusInternalServerError, Outcome: NotReplayable,
+			Detail: "the stored result of this " + m.o.Header + " is not a response"})
+		return
+	}
+	if resp.TooLarge {
+		m.reject(w, r, Rejection{Status: http.StatusInternalServerError, Outcome: NotReplayable,
+			Detail: fmt.Sprintf("the request with this %s was processed, but its response (%d bytes, more than the %d stored) cannot be replayed",
+				m.o.Header, resp.BodyBytes, m.o.MaxResponseBytes)})
+		return
+	}
+	m.observe(r, Replayed)
+	for name, vs := range resp.Header {
+		w.Header()[name] = vs
+	}
+	w.Header().Set(ReplayedHeader, "true")
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// recorder passes the handler's response through to the client and keeps
+// a copy of its status, headers and body, up to max body bytes.
+type recorder struct {
+	w      http.ResponseWriter
+	max    int
+	wrote  bool
+	status int
+	header http.Header // as at WriteHeader
+	body   bytes.Buffer
+	size   int64
+	over   bool
+}
+
+// Header implements http.ResponseWriter.
+func (r *recorder) Header() http.Header { return r.w.Header() }
+
+// WriteHeader implements http.ResponseWriter.
+func (r *recorder) WriteHeader(code int) {
+	if r.wrote {
+		return
+	}
+	if code >= 100 && code < 200 { // informational: passed on, not the answer
+		r.w.WriteHeader(code)
+		return
+	}
+	r.wrote, r.status, r.header = true, code, r.w.Header().Clone()
+	r.w.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
+	r.size += int64(len(b))
+	if !r.over {
+		if r.body.Len()+len(b) > r.max {
+			r.over = true
+			r.body = bytes.Buffer{}
+		} else {
+			r.body.Write(b)
+		}
+	}
+	return r.w.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+
+// Flush implements http.Flusher for handlers that stream.
+func (r *recorder) Flush() {
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(r.w).Flush()
+}

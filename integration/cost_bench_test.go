@@ -1,0 +1,291 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/awsreq"
+	"github.com/claimfirst/claimfirst/internal/canned"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// cannedEnv makes the test binary, run again with it set, serve the canned
+// endpoint (see TestCannedEndpointProcess).
+const cannedEnv = "CLAIMFIRST_CANNED_MESSAGES"
+
+// TestCannedEndpointProcess is not a test: run as a child with cannedEnv
+// set, it serves a canned endpoint on a free loopback port, prints the
+// port, and serves until killed. Without cannedEnv it returns at once.
+func TestCannedEndpointProcess(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv(cannedEnv))
+	if err != nil {
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("canned-port", ln.Addr().(*net.TCPAddr).Port)
+	_ = http.Serve(ln, canned.New(n))
+}
+
+// startCanned runs the canned endpoint in a child process, so its CPU is
+// not the benchmark's, and returns its URL.
+func startCanned(b *testing.B, messages int) string {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCannedEndpointProcess$")
+	cmd.Env = append(os.Environ(), cannedEnv+"="+strconv.Itoa(messages))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if port, ok := strings.CutPrefix(sc.Text(), "canned-port "); ok {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return "http://127.0.0.1:" + port
+		}
+	}
+	b.Fatal("the canned endpoint did not start")
+	return ""
+}
+
+// cannedConfig is an SDK configuration for the canned endpoint, on the
+// worker's HTTP client, with every request counted.
+func cannedConfig(endpoint string) (aws.Config, *awsreq.Counter) {
+	counter := awsreq.NewCounter()
+	cfg := aws.Config{
+		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("canned", "canned", ""),
+		HTTPClient:  worker.HTTPClient(benchConcurrency), RetryMaxAttempts: 1,
+	}
+	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
+	return cfg, counter
+}
+
+// BenchmarkCost measures the client-side CPU per message without the
+// emulator: against an in-process endpoint (in a child process) that
+// answers every request at once from a canned script. It is a cost
+// benchmark, never a test of correctness. Rows:
+//
+//   - sdk: the stock SDK issuing the worker's request mix per message (a
+//     PutItem and an UpdateItem, a tenth of a ReceiveMessage of ten and of a
+//     DeleteMessageBatch of ten: 2.2 requests) from benchConcurrency
+//     goroutines.
+//   - worker: one in-process worker at benchConcurrency over the DynamoDB
+//     claim store, a handler that does nothing.
+//
+// The last line is the worker's CPU per message as a ratio to the SDK's.
+func BenchmarkCost(b *testing.B) {
+	results := map[string]benchResult{}
+	b.Run("sdk", func(b *testing.B) { results["sdk"] = benchCostSDK(b) })
+	b.Run("worker", func(b *testing.B) { results["worker"] = benchCostWorker(b) })
+	if sdk, w := results["sdk"], results["worker"]; sdk.cpuPerMsg > 0 && w.cpuPerMsg > 0 {
+		fmt.Printf("\ncost (canned endpoint): sdk %.0f cpu-µs/msg (%.2f req/msg), worker %.0f cpu-µs/msg (%.2f req/msg): worker x%.2f the SDK's\n",
+			sdk.cpuPerMsg, sdk.ddbPerMsg+sdk.sqsPerMsg, w.cpuPerMsg, w.ddbPerMsg+w.sqsPerMsg, w.cpuPerMsg/sdk.cpuPerMsg)
+	}
+}
+
+func benchCostSDK(b *testing.B) benchResult {
+	cfg, counter := cannedConfig(startCanned(b, b.N))
+	ddb, sq := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
+	ctx := context.Background()
+	q := "http://127.0.0.1/123456789012/canned"
+	batches := make(chan int, b.N/10+1)
+	for i := 0; i < b.N; i += 10 {
+		batches <- min(10, b.N-i)
+	}
+	close(batches)
+	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	str := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	m := startMeter(b, counter)
+	var wg sync.WaitGroup
+	errs := make(chan error, benchConcurrency)
+	for range benchConcurrency {
+		wg.Go(func() {
+			for size := range batches {
+				out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q), MaxNumberOfMessages: int32(size), WaitTimeSeconds: 20})
+				if err != nil {
+					errs <- err
+					return
+				}
+				var del []sqstypes.DeleteMessageBatchRequestEntry
+				for i, msg := range out.Messages {
+					now := time.Now()
+					key, acq := aws.ToString(msg.MessageId), "acq"
+					if _, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{
+						TableName: aws.String("canned"),
+						Item: map[string]types.AttributeValue{
+							"pk": str(key), "status": str("IN_PROGRESS"), "token": n(1), "acq": str(acq),
+							"lease_until": n(now.Add(30 * time.Second).UnixMilli()), "expires_at": n(now.Add(24 * time.Hour).Unix()),
+							"first_at": n(now.UnixMilli()), "owner": str("floor"), "attempts": n(1),
+						},
+						ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+						ExpressionAttributeNames: map[string]string{"#pk": "pk"},
+					}); err != nil {
+						errs <- err
+						return
+					}
+					if _, err := ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+						TableName:                aws.String("canned"),
+						Key:                      map[string]types.AttributeValue{"pk": str(key)},
+						UpdateExpression:         aws.String("SET #status = :done, #result = :r, #exp = :exp"),
+						ConditionExpression:      aws.String("#acq = :acq AND #status = :ip"),
+						ExpressionAttributeNames: map[string]string{"#status": "status", "#result": "result", "#exp": "expires_at", "#acq": "acq"},
+						ExpressionAttributeValues: map[string]types.AttributeValue{
+							":done": str("COMPLETED"), ":r": str("ok"), ":exp": n(now.Add(24 * time.Hour).Unix()),
+							":acq": str(acq), ":ip": str("IN_PROGRESS"),
+						},
+					}); err != nil {
+						errs <- err
+						return
+					}
+					del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
+				}
+				if _, err := sq.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q), Entries: del}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r := m.stop(b)
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+func benchCostWorker(b *testing.B) benchResult {
+	cfg, counter := cannedConfig(startCanned(b, b.N))
+	ctx := context.Background()
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: "canned"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	metrics := worker.NewMetrics(nil)
+	handled := make(chan struct{}, b.N)
+	w, err := worker.New(ctx, worker.Config{
+		QueueURL: "http://127.0.0.1/123456789012/canned", SQS: sqs.NewFromConfig(cfg), Store: store,
+		Concurrency: benchConcurrency, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+			handled <- struct{}{}
+			return "ok", nil
+		}),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := startMeter(b, counter)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	for range b.N {
+		<-handled
+	}
+	for metrics.Count(worker.OutcomeCompleted) < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	r := m.stop(b)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// BenchmarkRSS drains a 10,000-message backlog from the canned endpoint
+// with one worker at concurrency 256 and reports the process's resident
+// memory after the first 1,000 messages and at the end: flat means the
+// worker holds no more than its in-flight messages. Run with -benchtime 1x.
+func BenchmarkRSS(b *testing.B) {
+	const total, early = 10000, 1000
+	cfg, _ := cannedConfig(startCanned(b, total))
+	cfg.HTTPClient = worker.HTTPClient(256)
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: "canned"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	metrics := worker.NewMetrics(nil)
+	handled := make(chan struct{}, total)
+	w, err := worker.New(context.Background(), worker.Config{
+		QueueURL: "http://127.0.0.1/123456789012/canned", SQS: sqs.NewFromConfig(cfg), Store: store,
+		Concurrency: 256, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+			handled <- struct{}{}
+			return "ok", nil
+		}),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var rssEarly int64
+	for i := range total {
+		<-handled
+		if i+1 == early {
+			rssEarly = rssBytes(b)
+		}
+	}
+	for metrics.Count(worker.OutcomeCompleted) < total {
+		time.Sleep(time.Millisecond)
+	}
+	rssEnd := rssBytes(b)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(rssEarly)/(1<<20), "rss-MiB@1000")
+	b.ReportMetric(float64(rssEnd)/(1<<20), "rss-MiB@10000")
+	b.ReportMetric(float64(rssEnd)/float64(rssEarly), "rss-ratio")
+	fmt.Printf("\nRSS draining %d messages at concurrency 256: %.1f MiB after %d, %.1f MiB at the end (x%.2f)\n",
+		total, float64(rssEarly)/(1<<20), early, float64(rssEnd)/(1<<20), float64(rssEnd)/float64(rssEarly))
+}
+
+// rssBytes is this process's resident set size.
+func rssBytes(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}

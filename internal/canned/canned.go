@@ -1,0 +1,106 @@
+// Package canned is an in-process endpoint that answers the SQS and
+// DynamoDB requests of the claim protocol at once from a canned script:
+// every receive brings up to ten new messages until a set number has been
+// handed out, every write succeeds. It exists to measure what the client
+// side costs (the SDK, the worker) without an emulator's own time. It is
+// a cost benchmark's endpoint, never a test of correctness: it checks
+// nothing.
+package canned
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Endpoint is the canned endpoint, an http.Handler.
+type Endpoint struct {
+	mu       sync.Mutex
+	left     int // messages still to hand out
+	next     int
+	requests atomic.Int64
+}
+
+// New returns an endpoint that hands out messages messages in all.
+func New(messages int) *Endpoint { return &Endpoint{left: messages} }
+
+// Requests returns how many requests it answered.
+func (e *Endpoint) Requests() int64 { return e.requests.Load() }
+
+// ServeHTTP answers one request by its X-Amz-Target.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.requests.Add(1)
+	target := r.Header.Get("X-Amz-Target")
+	body, _ := io.ReadAll(r.Body)
+	switch {
+	case strings.HasPrefix(target, "DynamoDB_20120810."):
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_, _ = io.WriteString(w, "{}")
+		return
+	case strings.HasPrefix(target, "AmazonSQS."):
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	default:
+		http.Error(w, "unknown target "+target, http.StatusBadRequest)
+		return
+	}
+	switch strings.TrimPrefix(target, "AmazonSQS.") {
+	case "ReceiveMessage":
+		var in struct{ MaxNumberOfMessages int }
+		_ = json.Unmarshal(body, &in)
+		writeJSON(w, map[string]any{"Messages": e.take(max(1, min(in.MaxNumberOfMessages, 10)))})
+	case "DeleteMessageBatch":
+		var in struct{ Entries []struct{ Id string } }
+		_ = json.Unmarshal(body, &in)
+		ok := make([]map[string]string, len(in.Entries))
+		for i, en := range in.Entries {
+			ok[i] = map[string]string{"Id": en.Id}
+		}
+		writeJSON(w, map[string]any{"Successful": ok, "Failed": []any{}})
+	case "GetQueueAttributes":
+		writeJSON(w, map[string]any{"Attributes": map[string]string{
+			"VisibilityTimeout": "30", "MessageRetentionPeriod": "345600", "QueueArn": "arn:aws:sqs:us-east-1:123456789012:canned",
+		}})
+	default: // ChangeMessageVisibility, DeleteMessage, SendMessage...
+		_, _ = io.WriteString(w, "{}")
+	}
+}
+
+type message struct {
+	MessageID     string            `json:"MessageId"`
+	ReceiptHandle string            `json:"ReceiptHandle"`
+	MD5OfBody     string            `json:"MD5OfBody"`
+	Body          string            `json:"Body"`
+	Attributes    map[string]string `json:"Attributes"`
+}
+
+func (e *Endpoint) take(n int) []message {
+	e.mu.Lock()
+	n = min(n, e.left)
+	e.left -= n
+	first := e.next
+	e.next += n
+	e.mu.Unlock()
+	msgs := make([]message, n)
+	for i := range msgs {
+		id := first + i
+		body := fmt.Sprintf(`{"payment_id":"canned_%d","amount":100,"currency":"EUR"}`, id)
+		sum := md5.Sum([]byte(body))
+		msgs[i] = message{
+			MessageID: fmt.Sprintf("m-%d", id), ReceiptHandle: fmt.Sprintf("r-%d", id),
+			MD5OfBody: hex.EncodeToString(sum[:]), Body: body,
+			Attributes: map[string]string{"ApproximateReceiveCount": "1", "ApproximateFirstReceiveTimestamp": "1764806400000"},
+		}
+	}
+	return msgs
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(b)
+}

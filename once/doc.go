@@ -1,0 +1,50 @@
+// Package once runs a Go function at most once per key, over any
+// claimstore.Store: the generic door onto the claim protocol, for work that
+// does not arrive on SQS (a Kafka consumer, a cron job, a webhook, a retried
+// HTTP client call).
+//
+//	chargeID, err := once.Do(ctx, store, "invoice-2026-11:cust_42", once.Options{}, func(ctx context.Context, c once.Call) (string, error) {
+//		return bill(ctx, c.Key, c.Token) // c.Token fences a superseded holder downstream
+//	})
+//
+// Do claims the key, runs the function while it holds the claim, renews the
+// claim's lease in the background while the function runs, and stores the
+// function's result with the completed claim. A later call with the key does
+// not run the function: it returns the stored result. Exactly one of any
+// number of concurrent callers runs it; the others get an error matching
+// ErrHeldElsewhere that says until when the key is held, and decide whether
+// to wait (Wait does, with backoff) or give up.
+//
+// The function's context ends with cause ErrLeaseLost when the lease is lost
+// (the claim was taken over, or could not be renewed before it ran out): a
+// later holder may already be doing the work, so the function should stop,
+// and Do neither completes nor releases the claim.
+//
+// Failures: a nil error completes the claim. Any error releases it, so the
+// next call with the key runs the function again; the error is recorded as
+// the claim's last error. Permanent marks an error that retrying cannot fix:
+// the claim is released all the same (a completed claim would keep a fixable
+// failure, such as a bad setting or a card the customer replaces, for the
+// whole retention), but Wait and callers that check IsPermanent stop
+// retrying. A caller that wants a failure remembered returns it as the
+// result instead. A key used with another fingerprint is ErrKeyReused.
+//
+// What a caller does with each outcome of Run (the SQS worker's mapping in
+// brackets):
+//
+//	Result, Replayed false       fn ran, result stored              [ack]
+//	Result, Replayed true        stored result, fn did not run      [duplicate: ack]
+//	*HeldError                   held elsewhere until Until         [defer until then]
+//	*KeyReusedError              another fingerprint                [dead-letter]
+//	claimstore.ErrInvalidKey     bad key, nothing written           [dead-letter]
+//	*StoreError, Op "acquire"    store failed, fn did not run       [retry]
+//	fn's error                   claim released                     [retry, or dead-letter if IsPermanent]
+//	  joined with *StoreError    ... but the release failed: the key is held until its lease ends
+//	ErrLeaseLost                 another holder owns the key        [leave the message alone]
+//	ErrNotStored                 fn ran, result not stored          [leave the message alone]
+//
+// Options.LeaseUntil, FirstRenewal and Extend let a caller align the claim's
+// lease with another one (a message's visibility timeout, an invocation's
+// deadline); Options.Fingerprint says what the work is. Options.Now should
+// agree with the store's clock, which judges leases.
+package once

@@ -1,0 +1,386 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// The message attributes the worker adds when it dead-letters a message.
+// They repeat the worker package's constants, which this package does not
+// import: it depends on SQS only.
+const (
+	// ReasonAttribute is the worker's dead-letter reason, dropped by Move.
+	ReasonAttribute = "DeadLetterReason"
+	// OriginalIDAttribute is the id the message first arrived with, kept by Move.
+	OriginalIDAttribute = "OriginalMessageId"
+)
+
+// NoReason is the reason Count reports for messages without a
+// DeadLetterReason: SQS moved them itself after maxReceiveCount receives.
+const NoReason = "(none: moved by SQS after maxReceiveCount receives)"
+
+// API is the part of *sqs.Client the package uses.
+type API interface {
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+	StartMessageMoveTask(ctx context.Context, in *sqs.StartMessageMoveTaskInput, opts ...func(*sqs.Options)) (*sqs.StartMessageMoveTaskOutput, error)
+	ListMessageMoveTasks(ctx context.Context, in *sqs.ListMessageMoveTasksInput, opts ...func(*sqs.Options)) (*sqs.ListMessageMoveTasksOutput, error)
+}
+
+// Options tune Count and Move.
+type Options struct {
+	// Max is the most messages to count or move. Defaults to 0: all.
+	Max int
+	// Visibility is how long a received message stays hidden while it is
+	// moved or counted: after a crash, it is visible again this long later.
+	// Defaults to 60s.
+	Visibility time.Duration
+	// Progress, if set, is called after each batch with the number of
+	// messages done so far. Defaults to nil.
+	Progress func(done int)
+}
+
+func (o Options) visibility() int32 {
+	if o.Visibility <= 0 {
+		return 60
+	}
+	return int32(max(o.Visibility.Round(time.Second), time.Second) / time.Second)
+}
+
+// batch returns how many messages the next receive may take.
+func (o Options) batch(done int) int32 {
+	if o.Max > 0 {
+		return int32(min(10, o.Max-done))
+	}
+	return 10
+}
+
+// receive takes up to n messages from url with their message attributes,
+// waiting a second so that an empty answer means an empty queue. It is not
+// cancelled with ctx: a receive cut off after SQS answered would leave its
+// messages hidden for the visibility timeout, with nobody to move them.
+func receive(ctx context.Context, api API, url string, n, vis int32) ([]types.Message, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), MaxNumberOfMessages: n, VisibilityTimeout: vis, WaitTimeSeconds: 1,
+		MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameMessageGroupId,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receive from %s: %w", url, err)
+	}
+	return out.Messages, nil
+}
+
+// Counts is what Count found.
+type Counts struct {
+	// Total is the number of messages counted.
+	Total int
+	// ByReason counts them by DeadLetterReason (NoReason for none).
+	ByReason map[string]int
+}
+
+// Reasons returns the reasons, the most frequent first.
+func (c Counts) Reasons() []string {
+	rs := make([]string, 0, len(c.ByReason))
+	for r := range c.ByReason {
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		if c.ByReason[rs[i]] != c.ByReason[rs[j]] {
+			return c.ByReason[rs[i]] > c.ByReason[rs[j]]
+		}
+		return rs[i] < rs[j]
+	})
+	return rs
+}
+
+// Count receives the messages of the dead-letter queue dlqURL (at most
+// o.Max), counts them by reason, and makes each batch visible again as soon
+// as the whole queue has been seen. Nothing is sent or deleted; each message's
+// receive count goes up by one.
+func Count(ctx context.Context, api API, dlqURL string, o Options) (Counts, error) {
+	c := Counts{ByReason: map[string]int{}}
+	var held []types.Message
+	seen := map[string]struct{}{}
+	defer func() { release(api, dlqURL, held) }()
+	for o.Max == 0 || c.Total < o.Max {
+		if err := ctx.Err(); err != nil {
+			return c, err
+		}
+		ms, err := receive(ctx, api, dlqURL, o.batch(c.Total), o.visibility())
+		if err != nil {
+			return c, err
+		}
+		if len(ms) == 0 {
+			break
+		}
+		held = append(held, ms...)
+		fresh := 0
+		for _, m := range ms {
+			// A count longer than the visibility sees messages again.
+			if _, ok := seen[aws.ToString(m.MessageId)]; ok {
+				continue
+			}
+			seen[aws.ToString(m.MessageId)] = struct{}{}
+			c.ByReason[reasonOf(m)]++
+			fresh++
+		}
+		if fresh == 0 {
+			break
+		}
+		c.Total += fresh
+		if o.Progress != nil {
+			o.Progress(c.Total)
+		}
+	}
+	return c, nil
+}
+
+func reasonOf(m types.Message) string {
+	if v, ok := m.MessageAttributes[ReasonAttribute]; ok && aws.ToString(v.StringValue) != "" {
+		return aws.ToString(v.StringValue)
+	}
+	return NoReason
+}
+
+// release makes messages visible again at once, ten at a time. It runs
+// even when the caller's context is cancelled: hidden messages would
+// otherwise stay hidden for the whole visibility timeout.
+func release(api API, url string, ms []types.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for start := 0; start < len(ms); start += 10 {
+		batch := ms[start:min(start+10, len(ms))]
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
+		for i, m := range batch {
+			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+			}
+		}
+		// A failure leaves them hidden until their visibility ends: no harm.
+		_, _ = api.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
+	}
+}
+
+// Result is what Move did.
+type Result struct {
+	// Moved counts messages sent to the source queue and deleted from the
+	// dead-letter queue.
+	Moved int
+	// Failed counts messages whose send or delete failed: sent but not
+	// deleted ones are in both queues, unsent ones still in the dead-letter
+	// queue, visible again.
+	Failed int
+}
+
+// Move moves the dead-letter queue's messages (at most o.Max) to the source
+// queue, ten at a time: each batch is sent, then the sent messages deleted.
+// Cancelling ctx stops after the batch in flight, which is finished (within
+// 30 seconds) so that it is not moved twice.
+func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Result, error) {
+	var r Result
+	for o.Max == 0 || r.Moved+r.Failed < o.Max {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		ms, err := receive(ctx, api, dlqURL, o.batch(r.Moved+r.Failed), o.visibility())
+		if err != nil {
+			return r, err
+		}
+		if len(ms) == 0 {
+			return r, nil
+		}
+		moved, err := moveBatch(api, sourceURL, dlqURL, ms)
+		r.Moved += moved
+		r.Failed += len(ms) - moved
+		if o.Progress != nil {
+			o.Progress(r.Moved)
+		}
+		if err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// moveBatch sends ms to the source queue and deletes the ones sent. Unsent
+// ones are made visible again.
+func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	entries := make([]types.SendMessageBatchRequestEntry, len(ms))
+	for i, m := range ms {
+		entries[i] = types.SendMessageBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), MessageBody: m.Body, MessageAttributes: Attributes(m),
+		}
+		if g, ok := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]; ok {
+			entries[i].MessageGroupId = aws.String(g)
+			entries[i].MessageDeduplicationId = m.MessageId
+		}
+	}
+	out, err := api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(sourceURL), Entries: entries})
+	if err != nil {
+		release(api, dlqURL, ms)
+		return 0, fmt.Errorf("send to %s: %w", sourceURL, err)
+	}
+	var sent, unsent []types.Message
+	for _, s := range out.Successful {
+		i, _ := strconv.Atoi(aws.ToString(s.Id))
+		sent = append(sent, ms[i])
+	}
+	for _, f := range out.Failed {
+		i, _ := strconv.Atoi(aws.ToString(f.Id))
+		unsent = append(unsent, ms[i])
+	}
+	release(api, dlqURL, unsent)
+	if len(sent) == 0 {
+		return 0, firstFailure(out.Failed)
+	}
+	del := make([]types.DeleteMessageBatchRequestEntry, len(sent))
+	for i, m := range sent {
+		del[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+	}
+	dout, err := api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(dlqURL), Entries: del})
+	if err != nil {
+		return 0, fmt.Errorf("delete from %s after sending %d (they are in both queues; the claims absorb the duplicates): %w", dlqURL, len(sent), err)
+	}
+	moved := len(dout.Successful)
+	if len(dout.Failed) > 0 {
+		return moved, fmt.Errorf("delete from %s: %d of %d failed after sending (in both queues): %s", dlqURL, len(dout.Failed), len(sent), aws.ToString(dout.Failed[0].Message))
+	}
+	if len(out.Failed) > 0 {
+		return moved, firstFailure(out.Failed)
+	}
+	return moved, nil
+}
+
+func firstFailure(f []types.BatchResultErrorEntry) error {
+	if len(f) == 0 {
+		return nil
+	}
+	return fmt.Errorf("send: %d failed: %s: %s", len(f), aws.ToString(f[0].Code), aws.ToString(f[0].Message))
+}
+
+// maxAttributes is SQS's limit of message attributes per message.
+const maxAttributes = 10
+
+// Attributes returns the message attributes a moved copy of m carries:
+// m's own without ReasonAttribute, and OriginalIDAttribute set to m's id
+// when it had none (SQS keeps a message's id when it dead-letters it, so
+// that is the id the message first arrived with) and there is room.
+func Attributes(m types.Message) map[string]types.MessageAttributeValue {
+	out := make(map[string]types.MessageAttributeValue, len(m.MessageAttributes)+1)
+	for k, v := range m.MessageAttributes {
+		if k != ReasonAttribute {
+			out[k] = v
+		}
+	}
+	if _, ok := out[OriginalIDAttribute]; !ok && m.MessageId != nil && len(out) < maxAttributes {
+		out[OriginalIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: m.MessageId}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// ErrNativeUnsupported means the SQS endpoint does not implement
+// StartMessageMoveTask (the emulator answers an HTML 500).
+var ErrNativeUnsupported = errors.New("redrive: this SQS endpoint does not support StartMessageMoveTask")
+
+// StartNative starts SQS's move task from the dead-letter queue dlqARN back
+// to sourceARN and returns its task handle.
+func StartNative(ctx context.Context, api API, dlqARN, sourceARN string) (string, error) {
+	out, err := api.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{
+		SourceArn: aws.String(dlqARN), DestinationArn: aws.String(sourceARN),
+	}, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
+	if err != nil {
+		if unsupported(err) {
+			return "", fmt.Errorf("%w (%v)", ErrNativeUnsupported, short(err))
+		}
+		return "", fmt.Errorf("start message move task: %w", err)
+	}
+	return aws.ToString(out.TaskHandle), nil
+}
+
+// unsupported reports whether err says the operation does not exist there,
+// rather than that it failed: an error code naming an unknown operation, an
+// HTTP 501, or an HTTP 500 that is not an SQS error document at all.
+func unsupported(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "UnknownOperationException", "UnknownOperation", "InvalidAction", "UnsupportedOperation", "NotImplemented":
+			return true
+		}
+	}
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) {
+		return false
+	}
+	var de *smithy.DeserializationError
+	return re.HTTPStatusCode() == 501 || re.HTTPStatusCode() == 500 && errors.As(err, &de)
+}
+
+func short(err error) string {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		return "HTTP " + strconv.Itoa(re.HTTPStatusCode())
+	}
+	return err.Error()
+}
+
+// Task is the state of a native move task.
+type Task struct {
+	// Status is RUNNING, COMPLETED, CANCELLING, CANCELLED or FAILED.
+	Status string
+	// Moved and ToMove count messages, as SQS reports them.
+	Moved, ToMove int64
+	// Failure is SQS's reason for a FAILED task.
+	Failure string
+}
+
+// WaitNative polls the most recent move task from dlqARN every interval
+// until it is no longer running, reporting each state to progress (if
+// set). Cancelling ctx stops the waiting, not the task.
+func WaitNative(ctx context.Context, api API, dlqARN string, interval time.Duration, progress func(Task)) (Task, error) {
+	for {
+		out, err := api.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqARN), MaxResults: aws.Int32(1)})
+		if err != nil {
+			return Task{}, fmt.Errorf("list message move tasks: %w", err)
+		}
+		if len(out.Results) == 0 {
+			return Task{}, errors.New("list message move tasks: no task found")
+		}
+		r := out.Results[0]
+		t := Task{Status: aws.ToString(r.Status), Moved: r.ApproximateNumberOfMessagesMoved,
+			ToMove: aws.ToInt64(r.ApproximateNumberOfMessagesToMove), Failure: aws.ToString(r.FailureReason)}
+		if progress != nil {
+			progress(t)
+		}
+		if t.Status != "RUNNING" && t.Status != "CANCELLING" {
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return t, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
