@@ -52,7 +52,7 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 	if *a.retention < 0 {
 		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
 	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err
