@@ -21,6 +21,12 @@
 // demo); package dynamo implements it on a DynamoDB table; package
 // claimstoretest holds the conformance suite both pass.
 //
+// TxCompleter is an optional capability: a store that can commit a caller's
+// own writes in one transaction with a completion, fenced by the claim's
+// condition (package dynamo, with TransactWriteItems). CompleteTx uses it, or
+// fails with ErrTxUnsupported (the memory store) rather than complete the
+// claim without the writes.
+//
 // The repository's docs/protocol.md is the reference for the stored row
 // (every attribute with its DynamoDB type and unit), each write's exact
 // condition, and the state diagram; docs/runbook.md says how to inspect and

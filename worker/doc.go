@@ -21,7 +21,10 @@
 //     message (deletes are batched). A retryable error releases the claim and
 //     makes the message visible after a backoff that grows with its receive
 //     count. A Permanent error releases the claim and dead-letters the
-//     message. A panic is recovered, counted, and never acked.
+//     message. A panic is recovered, counted, and never acked. A handler
+//     whose effect is a DynamoDB write hands it to Message.Commit instead of
+//     writing it: the claim store commits it in one transaction with the
+//     completion, so it is applied exactly when the claim is completed.
 //
 // Completed keys are remembered for Config.Retention, which defaults to the
 // queue's retention plus its dead-letter queue's plus a day, and may not be

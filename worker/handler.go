@@ -37,6 +37,8 @@ type Message struct {
 	// key to a service that forgets keys compare it with that service's
 	// memory. Zero for claims stored before it was recorded.
 	FirstAt time.Time
+
+	tx *Tx // what the handler committed with the completion (Commit)
 }
 
 // OriginalID returns the id the message first arrived with: the

@@ -181,7 +181,9 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		return disposition{action: actLeave}
 	}
 	if herr == nil {
-		err := p.complete(ctx, log, holder, result, &l)
+		result, herr, err = p.finish(ctx, log, m, holder, result, &l)
+	}
+	if herr == nil {
 		switch {
 		case errors.Is(err, claimstore.ErrLeaseLost):
 			p.metrics.count(OutcomeLeaseLost)
@@ -529,6 +531,7 @@ func (p *processor) call(ctx context.Context, m *Message) (result string, err er
 			result, err = "", &panicError{value: v, stack: string(debug.Stack())}
 		}
 	}()
+	m.tx = nil // a failed try's writes are not the retry's
 	return p.handler.Handle(ctx, m)
 }
 

@@ -18,6 +18,9 @@
 //     status = IN_PROGRESS", asking for ALL_OLD on failure: a row already in
 //     the requested state with the caller's acq is its own applied write
 //     (success); any other failed condition is claimstore.ErrLeaseLost.
+//   - CompleteTx is Complete with the caller's own writes in one
+//     TransactWriteItems, the completion first; its cancellation reasons
+//     say whose condition failed (see Store.CompleteTx).
 //
 // The lease and expiry comparisons use the store's clock, so the clocks of the
 // workers sharing a table should agree to well within a lease's safety margin

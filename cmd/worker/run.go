@@ -28,6 +28,7 @@ type appSettings struct {
 	retention, providerTimeout, keyLifetime                       *time.Duration
 	providerAttempts                                              *int
 	lookup                                                        *bool
+	ledger                                                        ledgerSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -43,6 +44,7 @@ func defineApp(s *settings) *appSettings {
 		providerAttempts: s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
 		keyLifetime:      s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
 		lookup:           s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
+		ledger:           defineLedger(s),
 	}
 }
 
@@ -62,6 +64,9 @@ type app struct {
 // provider has forgotten its key: queue retention plus the dead-letter
 // queue's exceeds the key lifetime.
 func (a *app) warnKeyLifetime(q worker.QueueInfo) {
+	if a.client == nil {
+		return // no provider (HANDLER=ledger)
+	}
 	if longest := q.Retention + q.DeadLetterRetention; longest > a.keyLifetime {
 		a.log.Warn("a retry can come after the provider has forgotten its key; late retries are looked up before charging, or set aside to reconcile",
 			slog.String("provider_key_lifetime", a.keyLifetime.String()),
@@ -72,6 +77,12 @@ func (a *app) warnKeyLifetime(q worker.QueueInfo) {
 func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err := require(*a.table, "claim-table", "CLAIM_TABLE"); err != nil {
 		return nil, err
+	}
+	if isLedger, err := a.ledger.ledger(); isLedger || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return a.buildLedger(ctx, io)
 	}
 	if err := require(*a.providerURL, "provider-url", "PROVIDER_URL"); err != nil {
 		return nil, err
@@ -227,7 +238,9 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	}
 
 	ap.warnKeyLifetime(w.Queue())
-	registerProviderMetrics(reg, ap.client)
+	if ap.client != nil {
+		registerProviderMetrics(reg, ap.client)
+	}
 	if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
 		if err != nil {

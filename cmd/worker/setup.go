@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/ledger"
 )
 
 // cmdSetup creates the queue, its dead-letter queue and the claim table,
@@ -30,6 +31,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 30*time.Second, "the queue's visibility timeout")
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
 	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
+	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
 	if err := s.Parse(args); err != nil {
@@ -87,7 +89,16 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	for _, kv := range [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}} {
+	if *ledgerTable != "" {
+		if err := ledger.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *ledgerTable); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	out := [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}}
+	if *ledgerTable != "" {
+		out = append(out, [2]string{"LEDGER_TABLE", *ledgerTable})
+	}
+	for _, kv := range out {
 		if *export {
 			fmt.Fprintf(io.stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
 		} else {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/ledger"
+)
+
+// The handlers `worker run` and the Lambda mode can run (HANDLER).
+const (
+	handlerPayment = "payment" // charge payments through the provider (the default)
+	handlerLedger  = "ledger"  // apply ledger entries to LEDGER_TABLE, committed with the claims
+)
+
+// ledgerSettings select the reference ledger handler instead of payments.
+type ledgerSettings struct {
+	handler, table *string
+}
+
+func defineLedger(s *settings) ledgerSettings {
+	return ledgerSettings{
+		handler: s.String("handler", "HANDLER", handlerPayment, "what to do with each message: payment (charge through the provider) or ledger (append an entry to LEDGER_TABLE, committed with the claim)"),
+		table:   s.String("ledger-table", "LEDGER_TABLE", "", "DynamoDB ledger table, for HANDLER=ledger"),
+	}
+}
+
+// ledger reports whether the ledger handler is selected, or a usage error
+// for an unknown handler.
+func (l ledgerSettings) ledger() (bool, error) {
+	switch *l.handler {
+	case handlerPayment, "":
+		return false, nil
+	case handlerLedger:
+		return true, require(*l.table, "ledger-table", "LEDGER_TABLE")
+	default:
+		return false, usagef("HANDLER (-handler) %q: want %s or %s", *l.handler, handlerPayment, handlerLedger)
+	}
+}
+
+// buildLedger builds the app for HANDLER=ledger: the ledger handler needs
+// no provider; its writes go with the claims' completions, so the claim
+// table and the ledger table must be in one account and region.
+func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*a.logLevel)); err != nil {
+		return nil, usagef("LOG_LEVEL (-log-level) %q: want debug, info, warn or error", *a.logLevel)
+	}
+	if *a.retention < 0 {
+		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
+	}
+	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	if err != nil {
+		return nil, usagef("CLAIM_TABLE: %v", err)
+	}
+	log.Info("handling ledger entries", slog.String("ledger_table", *a.ledger.table))
+	return &app{
+		log: log, aws: cfg, store: store,
+		handler: ledger.Handler{Table: *a.ledger.table}, decoder: ledger.Decoder{},
+	}, nil
+}
