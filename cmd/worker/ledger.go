@@ -57,13 +57,18 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	if err != nil {
+		return nil, err
+	}
+	tr.instrument(&cfg)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)
 	}
 	log.Info("handling ledger entries", slog.String("ledger_table", *a.ledger.table))
 	return &app{
-		log: log, aws: cfg, store: store,
+		log: log, aws: cfg, store: store, tracing: tr,
 		handler: ledger.Handler{Table: *a.ledger.table}, decoder: ledger.Decoder{},
 	}, nil
 }

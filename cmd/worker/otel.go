@@ -79,7 +79,7 @@ func newTracing(ctx context.Context, getenv func(string) string, lambda bool) (*
 
 // TracerProvider returns the provider for worker.Config, nil when off.
 func (t *tracing) TracerProvider() trace.TracerProvider {
-	if t.provider == nil {
+	if t == nil || t.provider == nil {
 		return nil
 	}
 	return t.provider
@@ -89,7 +89,7 @@ func (t *tracing) TracerProvider() trace.TracerProvider {
 // clients: a span per SQS and DynamoDB call, a child of the message's.
 // Clients made from cfg afterwards carry it.
 func (t *tracing) instrument(cfg *aws.Config) {
-	if t.provider == nil {
+	if t == nil || t.provider == nil {
 		return
 	}
 	otelaws.AppendMiddlewares(&cfg.APIOptions, otelaws.WithTracerProvider(t.provider),
@@ -98,7 +98,7 @@ func (t *tracing) instrument(cfg *aws.Config) {
 
 // flush exports the spans ended so far.
 func (t *tracing) flush(ctx context.Context, log *slog.Logger) {
-	if t.provider == nil {
+	if t == nil || t.provider == nil {
 		return
 	}
 	if err := t.provider.ForceFlush(ctx); err != nil {
@@ -108,7 +108,7 @@ func (t *tracing) flush(ctx context.Context, log *slog.Logger) {
 
 // shutdown exports what is left and stops the exporter, within 5s.
 func (t *tracing) shutdown(log *slog.Logger) {
-	if t.provider == nil {
+	if t == nil || t.provider == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
