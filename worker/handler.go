@@ -19,6 +19,11 @@ type Message struct {
 	Attributes map[string]string
 	// ReceiveCount is SQS's ApproximateReceiveCount: 1 at the first delivery.
 	ReceiveCount int
+	// AWSTraceHeader is SQS's AWSTraceHeader system attribute (an X-Ray
+	// trace header, "Root=1-...;Parent=...;Sampled=1"), if the producer
+	// sent one: the message's span continues that trace when the message
+	// carries no traceparent attribute.
+	AWSTraceHeader string
 
 	// Payload is what the Decoder made of Body, for the handler.
 	Payload any

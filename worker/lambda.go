@@ -199,7 +199,8 @@ func (l *Lambda) Queue() QueueInfo { return l.queue }
 // decided for it.
 func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) (bool, action) {
 	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1)}
+	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1),
+		AWSTraceHeader: r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)]}
 	if len(r.MessageAttributes) > 0 {
 		m.Attributes = make(map[string]string, len(r.MessageAttributes))
 		for k, v := range r.MessageAttributes {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -18,7 +19,8 @@ import (
 // carries it, so the handler's own spans are its children) and
 // SpanComplete. A message whose attributes carry a W3C trace context
 // (TraceParentAttribute, and "tracestate") continues that trace: the
-// producer's span is the message span's parent. Without a TracerProvider no
+// producer's span is the message span's parent. Without one, an X-Ray trace
+// header in SQS's AWSTraceHeader system attribute is the parent. Without a TracerProvider no
 // span is made.
 const (
 	SpanMessage  = "claimfirst.message"
@@ -79,9 +81,49 @@ func (p *processor) startMessage(ctx context.Context, m *Message) (context.Conte
 	if len(m.Attributes) > 0 {
 		ctx = tracePropagator.Extract(ctx, propagation.MapCarrier(m.Attributes))
 	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && m.AWSTraceHeader != "" {
+		if sc, ok := xrayParent(m.AWSTraceHeader); ok {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
 	return p.tracer.Start(ctx, SpanMessage, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 		attrSystem.String("aws_sqs"), attrMessageID.String(m.ID), attrReceive.Int(m.ReceiveCount),
 	))
+}
+
+// xrayParent reads an X-Ray trace header (SQS's AWSTraceHeader system
+// attribute): "Root=1-{8 hex}-{24 hex};Parent={16 hex};Sampled=1". The
+// trace id is the root's 32 hex digits, the parent span id the Parent's.
+func xrayParent(h string) (trace.SpanContext, bool) {
+	var root, parent, sampled string
+	for _, part := range strings.Split(h, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "Root":
+			root = v
+		case "Parent":
+			parent = v
+		case "Sampled":
+			sampled = v
+		}
+	}
+	fields := strings.Split(root, "-")
+	if len(fields) != 3 || fields[0] != "1" || len(fields[1]) != 8 || len(fields[2]) != 24 {
+		return trace.SpanContext{}, false
+	}
+	tid, err := trace.TraceIDFromHex(fields[1] + fields[2])
+	if err != nil {
+		return trace.SpanContext{}, false
+	}
+	sid, err := trace.SpanIDFromHex(parent)
+	if err != nil {
+		return trace.SpanContext{}, false
+	}
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true}
+	if sampled == "1" {
+		cfg.TraceFlags = trace.FlagsSampled
+	}
+	return trace.NewSpanContext(cfg), true
 }
 
 // endMessage ends m's span with its disposition.

@@ -171,3 +171,43 @@ func TestNoTracerNoSpans(t *testing.T) {
 		t.Errorf("handler context carries span %v without a tracer", sc)
 	}
 }
+
+// TestTraceParentFromAWSTraceHeader: without a traceparent attribute, the
+// X-Ray header SQS carries in AWSTraceHeader is the message span's parent;
+// a traceparent wins over it; a malformed header starts a new trace.
+func TestTraceParentFromAWSTraceHeader(t *testing.T) {
+	t.Parallel()
+	const header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+	cases := []struct {
+		name, header, traceparent, wantTrace, wantParent string
+	}{
+		{name: "x-ray", header: header, wantTrace: "5759e988bd862e3fe1be46a994272793", wantParent: "53995c3f42cd8ad8"},
+		{name: "traceparent wins", header: header, traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			wantTrace: "4bf92f3577b34da6a3ce929d0e0e4736", wantParent: "00f067aa0ba902b7"},
+		{name: "malformed", header: "Root=1-xyz;Parent=53995c3f42cd8ad8"},
+	}
+	for _, tc := range cases {
+		f, rec := tracedFixture(t, HandlerFunc(func(context.Context, *Message) (string, error) { return "ok", nil }))
+		m := &Message{ID: "m-" + tc.name, Body: "{}", ReceiveCount: 1, AWSTraceHeader: tc.header}
+		if tc.traceparent != "" {
+			m.Attributes = map[string]string{TraceParentAttribute: tc.traceparent}
+		}
+		f.p.process(context.Background(), m, f.lease())
+		msg, ok := spansByName(t, rec)[SpanMessage]
+		if !ok {
+			t.Fatalf("%s: no message span", tc.name)
+		}
+		if tc.wantTrace == "" {
+			if msg.Parent().IsValid() {
+				t.Errorf("%s: parent %v, want a new trace", tc.name, msg.Parent())
+			}
+			continue
+		}
+		if got := msg.SpanContext().TraceID().String(); got != tc.wantTrace {
+			t.Errorf("%s: trace %s, want %s", tc.name, got, tc.wantTrace)
+		}
+		if got := msg.Parent(); !got.IsRemote() || got.SpanID().String() != tc.wantParent || !got.IsSampled() {
+			t.Errorf("%s: parent %s (remote %v, sampled %v), want %s", tc.name, got.SpanID(), got.IsRemote(), got.IsSampled(), tc.wantParent)
+		}
+	}
+}

@@ -295,6 +295,7 @@ var receiveSystemAttributes = []types.MessageSystemAttributeName{
 	types.MessageSystemAttributeNameApproximateReceiveCount,
 	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
 	types.MessageSystemAttributeNameMessageGroupId,
+	types.MessageSystemAttributeNameAWSTraceHeader,
 }
 
 type sqsDelivery struct {
@@ -325,6 +326,7 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 		msg: Message{
 			ID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
 			Attributes: messageAttributes(m.MessageAttributes), ReceiveCount: max(rc, 1),
+			AWSTraceHeader: m.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)],
 		},
 		receipt: aws.ToString(m.ReceiptHandle), body: m.Body, attrs: m.MessageAttributes,
 		firstRecv:  m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)],
