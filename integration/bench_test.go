@@ -138,7 +138,6 @@ func benchStoreOnly(b *testing.B) benchResult {
 
 func benchWorker(b *testing.B, claims bool) benchResult {
 	cfg, counter := benchConfig(b)
-	ctx := context.Background()
 	sq := sqs.NewFromConfig(cfg)
 	ddb := dynamodb.NewFromConfig(cfg)
 
@@ -158,41 +157,55 @@ func benchWorker(b *testing.B, claims bool) benchResult {
 		}
 		store = s
 	}
-	metrics := worker.NewMetrics(nil)
-	handled := make(chan struct{}, b.N)
-	w, err := worker.New(ctx, worker.Config{
-		QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency, Metrics: metrics,
-		Logger: slog.New(slog.DiscardHandler),
-		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-			handled <- struct{}{}
-			return "ok", nil
-		}),
+	depth := sqs.NewFromConfig(awstest.Config(b)) // not counted
+	r := benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency}, b.N, counter,
+		func() bool { return benchDepth(b, depth, q) == 0 }, nil)
+	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
+	return r
+}
+
+// benchDrain runs one worker with cfg (a handler that does nothing, its own
+// metrics, no logs) until n messages are handled and completed and drained
+// reports that their acks have reached SQS; each, if set, is called after
+// the i-th handled message. With a counter it measures the run from the
+// worker's start to the drain: shutdown waits for the pollers' long polls
+// to end (up to their wait time), which is not throughput.
+func benchDrain(b *testing.B, cfg worker.Config, n int, counter *awsreq.Counter, drained func() bool, each func(i int)) benchResult {
+	handled := make(chan struct{}, n)
+	cfg.Metrics = worker.NewMetrics(nil)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Handler = worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+		handled <- struct{}{}
+		return "ok", nil
 	})
+	w, err := worker.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := startMeter(b, counter)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	for range b.N {
-		<-handled
+	var m *meter
+	if counter != nil {
+		m = startMeter(b, counter)
 	}
-	// The backlog is drained when every message is completed and its ack
-	// has reached SQS (the queue is empty, asked by a client whose requests
-	// are not counted). The clock stops there: shutdown waits for the
-	// pollers' long polls to end (up to their wait time), which is not
-	// throughput.
-	depth := sqs.NewFromConfig(awstest.Config(b))
-	for metrics.Count(worker.OutcomeCompleted) < int64(b.N) || benchDepth(b, depth, q) > 0 {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for i := range n {
+		<-handled
+		if each != nil {
+			each(i)
+		}
+	}
+	for cfg.Metrics.Count(worker.OutcomeCompleted) < int64(n) || !drained() {
 		time.Sleep(50 * time.Millisecond)
 	}
-	r := m.stop(b)
+	var r benchResult
+	if m != nil {
+		r = m.stop(b)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
 	return r
 }
 

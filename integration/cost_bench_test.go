@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,12 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -88,6 +85,9 @@ func cannedConfig(endpoint string) (aws.Config, *awsreq.Counter) {
 	return cfg, counter
 }
 
+// cannedQueue is the queue URL the canned endpoint serves (any will do).
+const cannedQueue = "http://127.0.0.1/123456789012/canned"
+
 // BenchmarkCost measures the client-side CPU per message without the
 // emulator: against an in-process endpoint (in a child process) that
 // answers every request at once from a canned script. It is a cost
@@ -115,16 +115,12 @@ func benchCostSDK(b *testing.B) benchResult {
 	cfg, counter := cannedConfig(startCanned(b, b.N))
 	ddb, sq := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
 	ctx := context.Background()
-	q := "http://127.0.0.1/123456789012/canned"
+	q := cannedQueue
 	batches := make(chan int, b.N/10+1)
 	for i := 0; i < b.N; i += 10 {
 		batches <- min(10, b.N-i)
 	}
 	close(batches)
-	n := func(v int64) types.AttributeValue {
-		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-	}
-	str := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	m := startMeter(b, counter)
 	var wg sync.WaitGroup
 	errs := make(chan error, benchConcurrency)
@@ -138,32 +134,7 @@ func benchCostSDK(b *testing.B) benchResult {
 				}
 				var del []sqstypes.DeleteMessageBatchRequestEntry
 				for i, msg := range out.Messages {
-					now := time.Now()
-					key, acq := aws.ToString(msg.MessageId), "acq"
-					if _, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{
-						TableName: aws.String("canned"),
-						Item: map[string]types.AttributeValue{
-							"pk": str(key), "status": str("IN_PROGRESS"), "token": n(1), "acq": str(acq),
-							"lease_until": n(now.Add(30 * time.Second).UnixMilli()), "expires_at": n(now.Add(24 * time.Hour).Unix()),
-							"first_at": n(now.UnixMilli()), "owner": str("floor"), "attempts": n(1),
-						},
-						ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-						ExpressionAttributeNames: map[string]string{"#pk": "pk"},
-					}); err != nil {
-						errs <- err
-						return
-					}
-					if _, err := ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-						TableName:                aws.String("canned"),
-						Key:                      map[string]types.AttributeValue{"pk": str(key)},
-						UpdateExpression:         aws.String("SET #status = :done, #result = :r, #exp = :exp"),
-						ConditionExpression:      aws.String("#acq = :acq AND #status = :ip"),
-						ExpressionAttributeNames: map[string]string{"#status": "status", "#result": "result", "#exp": "expires_at", "#acq": "acq"},
-						ExpressionAttributeValues: map[string]types.AttributeValue{
-							":done": str("COMPLETED"), ":r": str("ok"), ":exp": n(now.Add(24 * time.Hour).Unix()),
-							":acq": str(acq), ":ip": str("IN_PROGRESS"),
-						},
-					}); err != nil {
+					if err := floorWrites(ctx, ddb, "canned", aws.ToString(msg.MessageId), "acq"); err != nil {
 						errs <- err
 						return
 					}
@@ -186,41 +157,14 @@ func benchCostSDK(b *testing.B) benchResult {
 }
 
 func benchCostWorker(b *testing.B) benchResult {
-	cfg, counter := cannedConfig(startCanned(b, b.N))
-	ctx := context.Background()
+	endpoint := startCanned(b, b.N)
+	cfg, counter := cannedConfig(endpoint)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: "canned"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	metrics := worker.NewMetrics(nil)
-	handled := make(chan struct{}, b.N)
-	w, err := worker.New(ctx, worker.Config{
-		QueueURL: "http://127.0.0.1/123456789012/canned", SQS: sqs.NewFromConfig(cfg), Store: store,
-		Concurrency: benchConcurrency, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
-		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-			handled <- struct{}{}
-			return "ok", nil
-		}),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m := startMeter(b, counter)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	for range b.N {
-		<-handled
-	}
-	for metrics.Count(worker.OutcomeCompleted) < int64(b.N) {
-		time.Sleep(time.Millisecond)
-	}
-	r := m.stop(b)
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	return r
+	return benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Store: store, Concurrency: benchConcurrency},
+		b.N, counter, func() bool { return true }, nil)
 }
 
 // BenchmarkRSS drains a 10,000-message backlog from the canned endpoint
@@ -235,37 +179,13 @@ func BenchmarkRSS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	metrics := worker.NewMetrics(nil)
-	handled := make(chan struct{}, total)
-	w, err := worker.New(context.Background(), worker.Config{
-		QueueURL: "http://127.0.0.1/123456789012/canned", SQS: sqs.NewFromConfig(cfg), Store: store,
-		Concurrency: 256, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
-		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-			handled <- struct{}{}
-			return "ok", nil
-		}),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var rssEarly int64
-	for i := range total {
-		<-handled
-		if i+1 == early {
-			rssEarly = rssBytes(b)
-		}
-	}
-	for metrics.Count(worker.OutcomeCompleted) < total {
-		time.Sleep(time.Millisecond)
-	}
-	rssEnd := rssBytes(b)
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	var rssEarly, rssEnd int64
+	benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Store: store, Concurrency: 256},
+		total, nil, func() bool { rssEnd = rssBytes(b); return true }, func(i int) {
+			if i+1 == early {
+				rssEarly = rssBytes(b)
+			}
+		})
 	b.ReportMetric(float64(rssEarly)/(1<<20), "rss-MiB@1000")
 	b.ReportMetric(float64(rssEnd)/(1<<20), "rss-MiB@10000")
 	b.ReportMetric(float64(rssEnd)/float64(rssEarly), "rss-ratio")
