@@ -267,7 +267,7 @@ func lambdaStart(t *testing.T, rie, bootstrap string, settings []string) *lambda
 }
 
 // lambdaFreePorts returns n distinct free loopback addresses.
-func lambdaFreePorts(t *testing.T, n int) []string {
+func lambdaFreePorts(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, n)
 	lns := make([]net.Listener, 0, n) // held until all are chosen, so they differ
