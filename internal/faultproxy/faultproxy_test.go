@@ -74,31 +74,31 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name        string
-		rule        Rule
+		rule        *Rule
 		target      string
 		wantStatus  int    // 0: the connection breaks
 		wantBody    string // substring
 		wantApplied int64
 	}{
-		{"respond to a target", Rule{Match: Target("DynamoDB_20120810.PutItem"), Fault: AWSError(500, "InternalServerError", "boom")},
+		{"respond to a target", &Rule{Match: Target("DynamoDB_20120810.PutItem"), Fault: AWSError(500, "InternalServerError", "boom")},
 			"DynamoDB_20120810.PutItem", 500, `InternalServerError`, 0},
-		{"short operation name", Rule{Match: Target("PutItem"), Fault: AWSError(400, "ThrottlingException", "slow down")},
+		{"short operation name", &Rule{Match: Target("PutItem"), Fault: AWSError(400, "ThrottlingException", "slow down")},
 			"DynamoDB_20120810.PutItem", 400, "ThrottlingException", 0},
-		{"other targets pass", Rule{Match: Target("UpdateItem"), Fault: Respond(503, nil, "down")},
+		{"other targets pass", &Rule{Match: Target("UpdateItem"), Fault: Respond(503, nil, "down")},
 			"DynamoDB_20120810.PutItem", 201, "hello", 1},
-		{"service prefix", Rule{Match: TargetPrefix("AmazonSQS."), Fault: Respond(503, nil, "down")},
+		{"service prefix", &Rule{Match: TargetPrefix("AmazonSQS."), Fault: Respond(503, nil, "down")},
 			"AmazonSQS.ReceiveMessage", 503, "down", 0},
-		{"body predicate", Rule{Match: All(Target("UpdateItem"), BodyContains("SET #lease")), Fault: Respond(401, nil, "no")},
+		{"body predicate", &Rule{Match: All(Target("UpdateItem"), BodyContains("SET #lease")), Fault: Respond(401, nil, "no")},
 			"DynamoDB_20120810.UpdateItem", 401, "no", 0},
-		{"drop after applying", Rule{Fault: Drop()}, "", 0, "", 1},
-		{"probability zero draws pass", Rule{Probability: 1e-12, Fault: Respond(503, nil, "down")}, "", 201, "hello", 1},
+		{"drop after applying", &Rule{Fault: Drop()}, "", 0, "", 1},
+		{"probability zero draws pass", &Rule{Probability: 1e-12, Fault: Respond(503, nil, "down")}, "", 201, "hello", 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			up, applied := upstream(t)
 			p := start(t, up.URL)
-			r := p.Add(&c.rule)
+			r := p.Add(c.rule)
 			body := "hello"
 			if strings.Contains(c.name, "body") {
 				body = `{"UpdateExpression":"SET #lease = :lease"}`
