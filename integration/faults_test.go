@@ -196,6 +196,11 @@ type outage struct {
 // no worker exits, each worker's breaker opens (readiness fails meanwhile)
 // and closes again; a poison message sent during the outage is still
 // dead-lettered on its first receive.
+//
+// The three outages run in parallel; go test runs only GOMAXPROCS parallel
+// tests at once, so on a small machine pass -parallel 3 to overlap them all.
+// The worker's defaults are used (an hour of outage cover, a 15 minute hold):
+// the outages are shorter than a hold, so no message needs to spend a receive.
 func TestOutages(t *testing.T) {
 	t.Parallel()
 	providerError := func(status int, typ, msg string) faultproxy.Fault {
@@ -244,7 +249,7 @@ func runOutage(t *testing.T, c outage) {
 	began := time.Now()
 	poison := fmt.Sprintf(`{"payment_id": %q, "amount": 1`, prefix+"_poison")
 	rest, chunks := ps[30:], 6
-	sent, poisonSent := 0, false
+	sent, poisonSent := 0, time.Time{}
 	notReady := make([]bool, len(workers))
 	opened := make([]float64, len(workers))
 	for time.Since(began) < c.length {
@@ -254,9 +259,9 @@ func runOutage(t *testing.T, c outage) {
 			e.sendPayments(rest[sent : sent+n])
 			sent += n
 		}
-		if !poisonSent && time.Since(began) > c.length/3 {
+		if poisonSent.IsZero() && time.Since(began) > c.length/3 {
 			e.send(poison)
-			poisonSent = true
+			poisonSent = time.Now()
 		}
 		for i, a := range addrs {
 			if status(t, a+"/readyz") == http.StatusServiceUnavailable {
@@ -302,10 +307,12 @@ func runOutage(t *testing.T, c outage) {
 	// Only the poison message is dead-lettered, at its first receive, with its reason.
 	dead := e.dlqMessages()
 	var poisonReceives []int
+	var poisonAt time.Time
 	for _, w := range workers {
 		for _, l := range w.logLines("poison message") {
 			rc, _ := l["receive_count"].(float64)
 			poisonReceives = append(poisonReceives, int(rc))
+			poisonAt, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
 		}
 	}
 	switch {
@@ -330,10 +337,12 @@ func runOutage(t *testing.T, c outage) {
 		stops = append(stops, w.logCount("breaker open"), w.logCount("breaker closed"))
 	}
 	t.Logf("%s for %s: drained %s after recovery; receives per message %s; charges %d, provider calls %d, requests faulted %d; "+
-		"in-process retries w1 %d w2 %d; breaker opened/closed w1 %d/%d w2 %d/%d; reason of the poison %q",
+		"in-process retries w1 %d w2 %d; breaker opened/closed w1 %d/%d w2 %d/%d; "+
+		"poison dead-lettered %s after it was sent, %s after the outage began, reason %q",
 		c.name, c.length, drain.Round(100*time.Millisecond), spent, st.Charges, st.Calls, rule.Injected(),
 		workers[0].logCount("retrying in process"), workers[1].logCount("retrying in process"),
-		stops[0], stops[1], stops[2], stops[3], reasonOf(dead))
+		stops[0], stops[1], stops[2], stops[3],
+		poisonAt.Sub(poisonSent).Round(100*time.Millisecond), poisonAt.Sub(began).Round(100*time.Millisecond), reasonOf(dead))
 }
 
 func reasonOf(ms []types.Message) string {
