@@ -338,11 +338,22 @@ func runOutage(t *testing.T, c outage) {
 	}
 	t.Logf("%s for %s: drained %s after recovery; receives per message %s; charges %d, provider calls %d, requests faulted %d; "+
 		"in-process retries w1 %d w2 %d; breaker opened/closed w1 %d/%d w2 %d/%d; "+
+		"deferred %d, lease lost %d, lease expired %d; "+
 		"poison dead-lettered %s after it was sent, %s after the outage began, reason %q",
 		c.name, c.length, drain.Round(100*time.Millisecond), spent, st.Charges, st.Calls, rule.Injected(),
 		workers[0].logCount("retrying in process"), workers[1].logCount("retrying in process"),
 		stops[0], stops[1], stops[2], stops[3],
+		countAll(workers, "deferred"), countAll(workers, "lease lost"), countAll(workers, "lease expired"),
 		poisonAt.Sub(poisonSent).Round(100*time.Millisecond), poisonAt.Sub(began).Round(100*time.Millisecond), reasonOf(dead))
+}
+
+// countAll counts the log lines of every worker whose msg contains s.
+func countAll(ws []*proc, s string) int {
+	n := 0
+	for _, w := range ws {
+		n += w.logCount(s)
+	}
+	return n
 }
 
 func reasonOf(ms []types.Message) string {
