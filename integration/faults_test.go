@@ -58,35 +58,53 @@ func emulatorURL(t *testing.T) string {
 // one UpdateItem that sets only the lease and the expiry.
 var renewWrite = faultproxy.All(faultproxy.Target("UpdateItem"), faultproxy.BodyContains(`SET #lease = :lease`))
 
-// TestLostAnswers drops 12% of the answers to the claim store's writes
-// after DynamoDB applied them; the SDK retries each, and the retry finds
-// the worker's own write. The store must recognize it (the acquisition id):
-// a lost answer is neither "held elsewhere" (a deferred message) nor a lost
-// lease.
-func TestLostAnswers(t *testing.T) {
+// TestClaimWriteFaults runs one worker over 200 distinct payments while the
+// claim store's requests fail: answers dropped after DynamoDB applied the
+// write (the SDK retries, and the retry finds the worker's own write, which
+// the acquisition id must recognize), throttling, and 500s. Whatever the
+// fault, a message is never "held elsewhere" by its own claim (deferred) nor
+// reports a lost lease; each payment is charged once, none dead-lettered.
+func TestClaimWriteFaults(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{})
-	px := startProxy(t, emulatorURL(t))
-	drop := px.Add(&faultproxy.Rule{Name: "lost answers", Match: faultproxy.Target("PutItem", "UpdateItem"),
-		Probability: 0.12, Fault: faultproxy.Drop()})
-	ps := payments("lost", 200)
-	e.sendPayments(ps)
-	w := e.start("w1", workerOptions{extraEnv: []string{dynamoThrough(px)}})
-	e.waitDrained(2 * time.Minute)
-	st := e.assertChargedOnce(ps)
-	if code := w.stop(t, 30*time.Second); code != 0 {
-		t.Errorf("worker exited %d", code)
+	for _, c := range []struct {
+		name  string
+		match faultproxy.Match
+		p     float64
+		fault faultproxy.Fault
+	}{
+		{"lost answers", faultproxy.Target("PutItem", "UpdateItem"), 0.12, faultproxy.Drop()},
+		{"throttling", faultproxy.TargetPrefix("DynamoDB_"), 0.3,
+			faultproxy.AWSError(400, "ThrottlingException", "Rate of requests exceeds the allowed throughput.")},
+		{"internal errors", faultproxy.TargetPrefix("DynamoDB_"), 0.2,
+			faultproxy.AWSError(500, "InternalServerError", "Internal server error")},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{})
+			px := startProxy(t, emulatorURL(t))
+			fault := px.Add(&faultproxy.Rule{Name: c.name, Match: c.match, Probability: c.p, Fault: c.fault})
+			ps := payments(strings.ReplaceAll(c.name, " ", ""), 200)
+			e.sendPayments(ps)
+			w := e.start("w1", workerOptions{extraEnv: []string{dynamoThrough(px)}})
+			e.waitDrained(2 * time.Minute)
+			st := e.assertChargedOnce(ps)
+			if code := w.stop(t, 30*time.Second); code != 0 {
+				t.Errorf("worker exited %d", code)
+			}
+			deferred, lost := w.logCount("deferred"), w.logCount("lease lost")
+			t.Logf("payments %d, charges %d, DynamoDB requests matched %d, faulted %d; deferred %d, lease lost %d, "+
+				"store steps retried in process %d, completed %d",
+				len(ps), st.Charges, fault.Matched(), fault.Injected(), deferred, lost,
+				w.logCount("retrying in process"), w.logCount("completed"))
+			if fault.Injected() < 20 {
+				t.Errorf("only %d requests faulted: the fault was not exercised", fault.Injected())
+			}
+			if deferred != 0 || lost != 0 {
+				t.Errorf("deferred %d, lease lost %d: want 0 and 0 (nobody else held any claim)", deferred, lost)
+			}
+			e.assertNoDeadLetters()
+		})
 	}
-	deferred, lost := w.logCount("deferred"), w.logCount("lease lost")
-	t.Logf("payments %d, charges %d, DynamoDB writes %d, answers dropped %d; deferred %d, lease lost %d, completed %d",
-		len(ps), st.Charges, drop.Matched(), drop.Injected(), deferred, lost, w.logCount("completed"))
-	if drop.Injected() < 20 {
-		t.Errorf("only %d answers dropped: the fault was not exercised", drop.Injected())
-	}
-	if deferred != 0 || lost != 0 {
-		t.Errorf("deferred %d, lease lost %d: want 0 and 0 (each was the worker's own applied write)", deferred, lost)
-	}
-	e.assertNoDeadLetters()
 }
 
 // TestRenewHangs makes the heartbeat's Renew hang (the store accepted the
