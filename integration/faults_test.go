@@ -202,7 +202,8 @@ func TestKeyReuse(t *testing.T) {
 type outage struct {
 	name       string
 	dependency string // the breaker's dependency label
-	dynamo     bool   // the proxy is in front of DynamoDB, else the provider
+	dynamo     bool   // the proxy is in front of DynamoDB
+	sqs        bool   // the proxy is in front of SQS (the test's own client is not)
 	match      faultproxy.Match
 	fault      faultproxy.Fault
 	length     time.Duration
@@ -232,6 +233,8 @@ func TestOutages(t *testing.T) {
 			fault: providerError(401, "authentication_error", "invalid API key"), length: 25 * time.Second},
 		{name: "dynamodb 500", dependency: "claimstore", dynamo: true, match: faultproxy.TargetPrefix("DynamoDB_"),
 			fault: faultproxy.AWSError(500, "InternalServerError", "internal server error"), length: 30 * time.Second},
+		{name: "sqs 500", dependency: "sqs", sqs: true, match: faultproxy.TargetPrefix("AmazonSQS."),
+			fault: faultproxy.AWSError(500, "InternalError", "internal error"), length: 25 * time.Second},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
@@ -244,10 +247,14 @@ func runOutage(t *testing.T, c outage) {
 	e := newEnv(t, envOptions{visibility: 5 * time.Second, maxReceive: 5})
 	extra := []string{"METRICS_ADDR=127.0.0.1:0"}
 	var px *faultproxy.Proxy
-	if c.dynamo {
+	switch {
+	case c.dynamo:
 		px = startProxy(t, emulatorURL(t))
 		extra = append(extra, dynamoThrough(px))
-	} else {
+	case c.sqs:
+		px = startProxy(t, emulatorURL(t))
+		extra = append(extra, "AWS_ENDPOINT_URL_SQS="+px.URL)
+	default:
 		px = startProxy(t, e.provURL)
 		extra = append(extra, "PROVIDER_URL="+px.URL)
 	}
