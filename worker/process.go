@@ -242,6 +242,9 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 			Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
 		})
 		cancel()
+		if err == nil {
+			p.breaker.recovered(storeDependency)
+		}
 		if err == nil || errors.Is(err, claimstore.ErrInvalidKey) || errors.Is(err, claimstore.ErrInvalidParams) {
 			return acq, err
 		}
