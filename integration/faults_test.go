@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -38,6 +39,27 @@ func startProxy(t *testing.T, upstream string) *faultproxy.Proxy {
 	}
 	t.Cleanup(func() { _ = px.Close() })
 	return px
+}
+
+// keepLogs writes every worker's whole log to a file when the test fails
+// (or INTEGRATION_KEEP_LOGS is set), and says where: the harness shows only
+// their last lines.
+func (e *env) keepLogs() {
+	e.t.Cleanup(func() {
+		if !e.t.Failed() && os.Getenv("INTEGRATION_KEEP_LOGS") == "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "claimfirst-faults-")
+		if err != nil {
+			return
+		}
+		for _, p := range e.procs {
+			path := filepath.Join(dir, p.name+".log")
+			if os.WriteFile(path, []byte(p.log.String()), 0o644) == nil {
+				e.t.Logf("%s's whole log: %s", p.name, path)
+			}
+		}
+	})
 }
 
 // dynamoThrough returns the worker environment that sends its DynamoDB
@@ -80,7 +102,10 @@ func TestClaimWriteFaults(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{})
+			// A 10 s visibility: a lease that runs out because the machine
+			// is slow is a lost lease too, and not what this test is about.
+			e := newEnv(t, envOptions{visibility: 10 * time.Second})
+			e.keepLogs()
 			px := startProxy(t, emulatorURL(t))
 			fault := px.Add(&faultproxy.Rule{Name: c.name, Match: c.match, Probability: c.p, Fault: c.fault})
 			ps := payments(strings.ReplaceAll(c.name, " ", ""), 200)
@@ -218,8 +243,9 @@ type outage struct {
 //
 // The three outages run in parallel; go test runs only GOMAXPROCS parallel
 // tests at once, so on a small machine pass -parallel 3 to overlap them all.
-// The worker's defaults are used (an hour of outage cover, a 15 minute hold):
-// the outages are shorter than a hold, so no message needs to spend a receive.
+// The worker holds a failing message in process for up to 15 minutes (the
+// default), longer than any of these outages, so no message needs to spend
+// a receive on the outage itself; see runOutage for the outage cover.
 func TestOutages(t *testing.T) {
 	t.Parallel()
 	providerError := func(status int, typ, msg string) faultproxy.Fault {
@@ -245,7 +271,14 @@ func TestOutages(t *testing.T) {
 
 func runOutage(t *testing.T, c outage) {
 	e := newEnv(t, envOptions{visibility: 5 * time.Second, maxReceive: 5})
-	extra := []string{"METRICS_ADDR=127.0.0.1:0"}
+	e.keepLogs()
+	// OUTAGE_COVER 5m instead of the hour: still many times each outage,
+	// but a message's third receive then waits about 40 s instead of about
+	// 4 minutes. On a loaded machine the emulator can be slow enough that an
+	// acquisition outlasts its lease, spending a receive that has nothing to
+	// do with the outage; with the hour of cover, such a message alone
+	// outlasted the test's drain budget.
+	extra := []string{"METRICS_ADDR=127.0.0.1:0", "OUTAGE_COVER=5m"}
 	var px *faultproxy.Proxy
 	switch {
 	case c.dynamo:
@@ -301,7 +334,7 @@ func runOutage(t *testing.T, c outage) {
 	}
 	rule.Off()
 	recovered := time.Now()
-	e.waitDrained(4 * time.Minute)
+	e.waitDrained(5 * time.Minute)
 	drain := time.Since(recovered)
 
 	for _, w := range workers {
