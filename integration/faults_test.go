@@ -158,7 +158,7 @@ func TestRenewHangs(t *testing.T) {
 	if hang.Injected() != 1 {
 		t.Fatalf("%s: want the first renew held", hang)
 	}
-	expired := w.logLines("lease expired before it was renewed")
+	expired := w.logLinesContaining("lease expired before it was renewed")
 	if len(expired) != 1 {
 		t.Fatalf("%d \"lease expired\" lines, want 1", len(expired))
 	}
@@ -367,7 +367,7 @@ func runOutage(t *testing.T, c outage) {
 	var poisonReceives []int
 	var poisonAt time.Time
 	for _, w := range workers {
-		for _, l := range w.logLines("poison message") {
+		for _, l := range w.logLinesContaining("poison message") {
 			rc, _ := l["receive_count"].(float64)
 			poisonReceives = append(poisonReceives, int(rc))
 			poisonAt, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
@@ -427,7 +427,7 @@ func reasonOf(ms []types.Message) string {
 func receivesSpent(ws []*proc) string {
 	most := map[string]int{}
 	for _, w := range ws {
-		for _, l := range w.logLines("") {
+		for _, l := range w.logLinesContaining("") {
 			id, _ := l["message_id"].(string)
 			rc, _ := l["receive_count"].(float64)
 			if id != "" && int(rc) > most[id] {
@@ -487,8 +487,8 @@ func metric(t *testing.T, addr, name, dependency string) float64 {
 	return sum
 }
 
-// logLines returns the worker's JSON log lines whose msg contains s.
-func (p *proc) logLines(s string) []map[string]any {
+// logLinesContaining returns the worker's JSON log lines whose msg contains s.
+func (p *proc) logLinesContaining(s string) []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(p.log.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
