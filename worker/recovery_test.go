@@ -5,6 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/memory"
 )
 
 // TestBreakerGaugeFollowsDependency: a breaker open for one dependency that
@@ -85,5 +89,42 @@ func TestBreakerRecovered(t *testing.T) {
 	b.failure("provider", errors.New("503"))
 	if open, _, _ := b.state(); !open {
 		t.Error("an SQS answer reset the count of provider failures")
+	}
+}
+
+// lostAcquireAnswer applies the first Acquire and loses its answer, as a
+// connection cut after DynamoDB applied the write.
+type lostAcquireAnswer struct {
+	claimstore.Store
+	calls int
+}
+
+func (s *lostAcquireAnswer) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	acq, err := s.Store.Acquire(ctx, p)
+	if s.calls++; s.calls == 1 && err == nil {
+		return claimstore.Acquisition{}, errors.New("connection reset by peer")
+	}
+	return acq, err
+}
+
+// TestProcessAcquireRetryFindsItsOwnClaim: an acquisition retried in process
+// after its answer was lost finds its own claim (the same acquisition id),
+// not a claim "held elsewhere" that defers the message behind itself.
+func TestProcessAcquireRetryFindsItsOwnClaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("ch_1"))
+	// Real time: holding a message waits on real timers.
+	store := &lostAcquireAnswer{Store: memory.New(memory.Config{})}
+	f.p.store, f.p.now, f.p.minBackoff = store, time.Now, time.Millisecond
+	now := time.Now()
+	l := lease{
+		until: now.Add(30 * time.Second), interval: 10 * time.Second, renewAt: now.Add(10 * time.Second),
+		extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		stop:      make(chan struct{}),
+		holdUntil: now.Add(time.Minute),
+	}
+	d := f.p.process(context.Background(), &Message{ID: "a", ReceiveCount: 1}, l)
+	if d.action != actAck || f.metrics.Count(OutcomeDeferred) != 0 || store.calls != 2 {
+		t.Errorf("action %v, deferred %d, acquire calls %d; want ack, 0 deferred, 2 calls", d.action, f.metrics.Count(OutcomeDeferred), store.calls)
 	}
 }
