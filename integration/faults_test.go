@@ -145,10 +145,14 @@ func TestRenewHangs(t *testing.T) {
 	const margin = 300 * time.Millisecond
 	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 4 * time.Second}})
 	px := startProxy(t, emulatorURL(t))
-	hang := px.Add(&faultproxy.Rule{Name: "renew hangs", Match: renewWrite, Limit: 1, Fault: faultproxy.Hang(time.Minute)})
 	ps := payments("hang", 1)
 	e.sendPayments(ps)
 	w := e.start("w1", workerOptions{concurrency: 1, extraEnv: []string{dynamoThrough(px), "LOG_LEVEL=debug"}})
+	// The hang starts once the handler is charging: on a slow machine the
+	// claim can take longer than a heartbeat to win, and the renew before the
+	// handler starts must not be the one that hangs.
+	waitFor(t, 30*time.Second, "the handler to call the provider", func() bool { return e.fake.Stats().Calls >= 1 })
+	hang := px.Add(&faultproxy.Rule{Name: "renew hangs", Match: renewWrite, Limit: 1, Fault: faultproxy.Hang(time.Minute)})
 	waitFor(t, time.Minute, "the payment to complete", func() bool { return w.logCount("completed") == 1 })
 	e.waitDrained(time.Minute)
 	if code := w.stop(t, 30*time.Second); code != 0 {
@@ -169,14 +173,17 @@ func TestRenewHangs(t *testing.T) {
 	if late < 0 || late > margin {
 		t.Errorf("the handler was cancelled %s after its lease ended: want within the margin %s", late, margin)
 	}
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.Token == 1 }); n != 0 {
-		t.Errorf("the holder whose renew hung completed %d times", n)
+	hung, _ := expired[0]["token"].(float64)
+	if n := w.logCountWhere("completed", func(l logLine) bool { return l.Token == int64(hung) }); n != 0 {
+		t.Errorf("the holder whose renew hung (token %v) completed %d times", hung, n)
 	}
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.Token == 2 }); n != 1 {
-		t.Errorf("completed by the taker (token 2) %d times, want 1", n)
+	completed := w.logLinesContaining("completed")
+	if len(completed) != 1 {
+		t.Fatalf("completed %d times, want once, by the taker", len(completed))
 	}
-	if claim := e.claim(ps[0].PaymentID); claim["status"] != "COMPLETED" || claim["token"] != "2" {
-		t.Errorf("claim = %v, want COMPLETED by token 2", claim)
+	taker, _ := completed[0]["token"].(float64)
+	if claim := e.claim(ps[0].PaymentID); claim["status"] != "COMPLETED" || claim["token"] != fmt.Sprint(taker) || taker <= hung {
+		t.Errorf("claim = %v, completed by token %v; want COMPLETED by a taker after token %v", claim, taker, hung)
 	}
 	e.assertChargedOnce(ps)
 	e.assertNoDeadLetters()
