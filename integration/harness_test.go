@@ -32,6 +32,12 @@ import (
 var workerBin string
 
 func TestMain(m *testing.M) {
+	// INTEGRATION_WORKER_BIN runs the tests against a worker built
+	// elsewhere (an older commit, to see a test fail on the code it protects).
+	if bin := os.Getenv("INTEGRATION_WORKER_BIN"); bin != "" {
+		workerBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "claimfirst-integration")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -193,6 +194,12 @@ func (b *breaker) failure(dependency string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failures++
+	if b.open && dependency != b.dependency {
+		// Still open, now for another dependency: the gauge follows, so
+		// that closing it leaves no label at 1.
+		b.gauge.WithLabelValues(b.dependency).Set(0)
+		b.gauge.WithLabelValues(dependency).Set(1)
+	}
 	b.dependency, b.reason = dependency, err.Error()
 	if b.open || b.failures < b.threshold {
 		return
@@ -211,6 +218,11 @@ func (b *breaker) success() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closeLocked()
+}
+
+// closeLocked resets the failure count and closes the breaker; b.mu is held.
+func (b *breaker) closeLocked() {
 	b.failures = 0
 	if !b.open {
 		return
@@ -219,6 +231,22 @@ func (b *breaker) success() {
 	b.gauge.WithLabelValues(b.dependency).Set(0)
 	b.log.Info("breaker closed: the dependency recovered; receiving again",
 		slog.String("dependency", b.dependency), slog.Duration("open_for", time.Since(b.since)))
+}
+
+// recovered records that the dependencies deps answered (a receive proves
+// SQS, an acquisition the claim store): it counts as a success only if the
+// failures being counted, or the open breaker, are those of one of deps. A
+// probe that turns out a duplicate thus closes a breaker open for the store
+// or SQS, but not one open for the provider.
+func (b *breaker) recovered(deps ...string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failures > 0 && slices.Contains(deps, b.dependency) {
+		b.closeLocked()
+	}
 }
 
 // state reports whether the breaker is open, and if so which dependency

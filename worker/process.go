@@ -82,6 +82,11 @@ type lease struct {
 	probe bool
 	// holdUntil is how long the message may be held retrying in process.
 	holdUntil time.Time
+	// acq is the acquisition id the delivery claims its key with, the same
+	// for every in-process retry: a retry then finds a try whose answer was
+	// lost (applied, the connection cut) as its own claim, not as one held
+	// elsewhere. Set by acquire.
+	acq string
 }
 
 // canHold reports whether a failure at now may be retried in process: the
@@ -249,10 +254,16 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 		now := p.now()
 		// The claim is worth nothing once the lease it would start has ended.
 		actx, cancel := context.WithDeadline(ctx, l.until)
+		if l.acq == "" {
+			l.acq = claimstore.NewAcq()
+		}
 		acq, err := p.store.Acquire(actx, claimstore.AcquireParams{
-			Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
+			Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, Acq: l.acq, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
 		})
 		cancel()
+		if err == nil {
+			p.breaker.recovered(storeDependency)
+		}
 		if err == nil || errors.Is(err, claimstore.ErrInvalidKey) || errors.Is(err, claimstore.ErrInvalidParams) {
 			return acq, err
 		}

@@ -238,6 +238,9 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 		if out != nil {
 			msgs = out.Messages
 		}
+		if err == nil {
+			w.proc.breaker.recovered("sqs") // a probe that finds SQS back ends an SQS outage
+		}
 		if err != nil && ctx.Err() == nil {
 			w.proc.breaker.failure("sqs", err)
 			w.log.Error("receive failed", slog.Any("error", err))
