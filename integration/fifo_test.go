@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -421,7 +422,8 @@ func TestSetupFIFO(t *testing.T) {
 		out, err := cmd.Output()
 		if err != nil {
 			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
 				stderr = ee.Stderr
 			}
 			t.Fatalf("setup run %d: %v\n%s", run, err, stderr)

@@ -117,7 +117,7 @@ func benchWorkerBinary(b *testing.B) string {
 		}
 		benchBin = filepath.Join(dir, "worker")
 		if out, err := exec.Command("go", "build", "-o", benchBin, "../cmd/worker").CombinedOutput(); err != nil {
-			benchBinErr = fmt.Errorf("build worker: %v\n%s", err, out)
+			benchBinErr = fmt.Errorf("build worker: %w\n%s", err, out)
 		}
 	})
 	if benchBinErr != nil {

@@ -104,7 +104,8 @@ func TestHandlerOutcomes(t *testing.T) {
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	base := provider.Payment{PaymentID: "pay_1", Amount: 1999, Currency: "EUR"}
-	if payment.Fingerprint(base) != payment.Fingerprint(base) {
+	same := provider.Payment{PaymentID: "pay_1", Amount: 1999, Currency: "EUR"}
+	if payment.Fingerprint(base) != payment.Fingerprint(same) {
 		t.Fatal("fingerprint is not deterministic")
 	}
 	for name, other := range map[string]provider.Payment{

@@ -86,7 +86,7 @@ func TestTraceParentFromMessage(t *testing.T) {
 	}
 	for key, want := range map[attribute.Key]string{attrMessageID: "m1", attrAction: "ack", attrKey: "m1"} {
 		if v, ok := spanAttr(msg, key); !ok || v.AsString() != want {
-			t.Errorf("message span %s = %v, want %q", key, v.Emit(), want)
+			t.Errorf("message span %s = %v, want %q", key, v.String(), want)
 		}
 	}
 	for _, name := range []string{SpanAcquire, SpanHandle, SpanComplete} {

@@ -55,11 +55,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(body, &in)
 		writeJSON(w, map[string]any{"Messages": e.take(max(1, min(in.MaxNumberOfMessages, 10)))})
 	case "DeleteMessageBatch":
-		var in struct{ Entries []struct{ Id string } }
+		var in struct {
+			Entries []struct {
+				ID string `json:"Id"`
+			}
+		}
 		_ = json.Unmarshal(body, &in)
 		ok := make([]map[string]string, len(in.Entries))
 		for i, en := range in.Entries {
-			ok[i] = map[string]string{"Id": en.Id}
+			ok[i] = map[string]string{"Id": en.ID}
 		}
 		writeJSON(w, map[string]any{"Successful": ok, "Failed": []any{}})
 	case "GetQueueAttributes":
