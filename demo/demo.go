@@ -59,9 +59,13 @@ type Options struct {
 	// Workers is the number of deliveries handled at once. Defaults to 8.
 	Workers int
 	// NewStore gives each claim-based row its claim store, except in
-	// experiment 7, which always keeps its claims in memory next to its
-	// ledger. Defaults to MemoryStores().
+	// experiment 7 without Ledger, which keeps its claims in memory next to
+	// its in-memory ledger. Defaults to MemoryStores().
 	NewStore StoreFactory
+	// Ledger, if set, keeps experiment 7's ledger in DynamoDB, its claims in
+	// NewStore's stores (which must be DynamoDB's), committed together in
+	// real transactions. Defaults to nil: in memory.
+	Ledger *DynamoDBLedger
 	// Experiment selects the experiment Run runs, 1 to Experiments. Defaults
 	// to 0: all of them.
 	Experiment int

@@ -58,6 +58,8 @@
 // charges by payment id; experiment 7 writes an in-memory ledger, and its
 // transactional row commits the claim's completion and the entry as one step
 // under the ledger's lock, the in-memory equivalent of a DynamoDB
-// TransactWriteItems. Experiment 7 therefore keeps its claims in a memory
-// store whatever Options.NewStore says.
+// TransactWriteItems. Without Options.Ledger, experiment 7 therefore keeps
+// its claims in a memory store whatever Options.NewStore says; with it
+// (DynamoDBLedger), the ledger is a DynamoDB table and the transactional row
+// is a real TransactWriteItems of the entry, the balance and the claim.
 package demo

@@ -14,6 +14,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/demo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/ledger"
 )
 
 // dynamoTable returns a client and a fresh claim table on the emulator.
@@ -124,5 +125,31 @@ func TestForgetDynamoDB(t *testing.T) {
 	}
 	if l := res.LookUp; l.Late != n/50 || l.Charges != n || !l.OK() || l.Lookups != n/50 {
 		t.Errorf("look up on DynamoDB: late %d, charges %d, %+v, lookups %d; want %d, %d, ok, %d", l.Late, l.Charges, l.Effects, l.Lookups, n/50, n, n/50)
+	}
+}
+
+// TestLedgerDynamoDB runs experiment 7 with its ledger and its claims in
+// DynamoDB: written, then completed, a crashed worker's entry is written
+// twice; committed in one TransactWriteItems with the claim, once.
+func TestLedgerDynamoDB(t *testing.T) {
+	t.Parallel()
+	client, table := dynamoTable(t)
+	ledgerTable := awstest.Name("demo-ledger")
+	if err := ledger.CreateTable(t.Context(), client, ledgerTable); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	res, err := demo.Ledger(t.Context(), demo.Options{
+		Payments: n, Seed: 1, NewStore: demo.DynamoDBStores(client, table),
+		Ledger: &demo.DynamoDBLedger{Client: client, Table: ledgerTable},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.WriteThenComplete; w.Crashed != n/50 || w.Entries != n+n/50 || w.Double != n/50 || w.BalanceError == 0 {
+		t.Errorf("write, then complete on DynamoDB: %+v; want %d crashed, %d entries, double %d, balances off", w, n/50, n+n/50, n/50)
+	}
+	if o := res.OneTransaction; o.Crashed != n/50 || o.Entries != n || !o.OK() || o.BalanceError != 0 {
+		t.Errorf("one transaction on DynamoDB: %+v; want %d crashed, %d entries, ok, balances exact", o, n/50, n)
 	}
 }

@@ -15,10 +15,14 @@ import (
 // writes the entry once, and a retry of it writes nothing again.
 func TestCommitLeaseLost(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	c := &clock{}
-	store := memory.New(memory.Config{Now: c.Now})
-	db := newLedger()
+	testCommitLeaseLost(t, c, memory.New(memory.Config{Now: c.Now}), newLedger())
+}
+
+// testCommitLeaseLost is TestCommitLeaseLost on store and db, whose clock
+// is c.
+func testCommitLeaseLost(t *testing.T, c *clock, store claimstore.Store, db ledgerDB) {
+	ctx := t.Context()
 	e := ledgerEntry{EntryID: "ent_1", Account: "acct_1", Amount: 500}
 	acquire := func() claimstore.Holder {
 		t.Helper()
@@ -38,7 +42,7 @@ func TestCommitLeaseLost(t *testing.T) {
 	if err := db.commit(ctx, store, complete(old), e); !errors.Is(err, claimstore.ErrLeaseLost) {
 		t.Fatalf("commit by the superseded holder = %v, want ErrLeaseLost", err)
 	}
-	if n, _, balances := db.entries(); n != 0 || balances["acct_1"] != 0 {
+	if n, _, balances, err := db.entries(ctx); err != nil || n != 0 || balances["acct_1"] != 0 {
 		t.Fatalf("a refused commit wrote %d entries, balance %d", n, balances["acct_1"])
 	}
 	for range 2 { // the second is a retry of an applied commit
@@ -46,7 +50,7 @@ func TestCommitLeaseLost(t *testing.T) {
 			t.Fatalf("commit by the holder: %v", err)
 		}
 	}
-	if n, _, balances := db.entries(); n != 1 || balances["acct_1"] != 500 {
+	if n, _, balances, err := db.entries(ctx); err != nil || n != 1 || balances["acct_1"] != 500 {
 		t.Errorf("after the holder's commit and its retry: %d entries, balance %d; want 1, 500", n, balances["acct_1"])
 	}
 	if got, err := store.Get(ctx, e.EntryID); err != nil || got.Status != claimstore.StatusCompleted || got.Token != 2 {

@@ -36,10 +36,11 @@ func newLedger() *ledger { return &ledger{balances: make(map[string]int64)} }
 
 // write appends e and moves its account's balance: an ordinary write, with no
 // tie to any claim.
-func (l *ledger) write(e ledgerEntry) {
+func (l *ledger) write(_ context.Context, e ledgerEntry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.apply(e)
+	return nil
 }
 
 func (l *ledger) apply(e ledgerEntry) {
@@ -73,7 +74,7 @@ func (l *ledger) commit(ctx context.Context, store claimstore.Store, p claimstor
 
 // entries returns the number of entries in the journal, the entries per
 // entry id, and the balances.
-func (l *ledger) entries() (n int, byID map[string]int, balances map[string]int64) {
+func (l *ledger) entries(context.Context) (n int, byID map[string]int, balances map[string]int64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	byID = make(map[string]int, len(l.journal))
@@ -84,7 +85,7 @@ func (l *ledger) entries() (n int, byID map[string]int, balances map[string]int6
 	for a, b := range l.balances {
 		balances[a] = b
 	}
-	return len(l.journal), byID, balances
+	return len(l.journal), byID, balances, nil
 }
 
 // LedgerResult is what experiment 7 measured: workers die right after their
@@ -135,9 +136,11 @@ func (r LedgerResult) rows() []tableRow {
 // the visibility timeout, when the dead worker's lease has ended. Both
 // handlers claim first with a lease, as the protocol does.
 //
-// The claims are always in a memory store, whatever opts.NewStore says: the
-// one-transaction row needs the claim and the ledger in one database, and
-// the demo's ledger is in memory.
+// Without opts.Ledger the ledger is in memory and the claims are in a memory
+// store whatever opts.NewStore says: the one-transaction row needs the claim
+// and the ledger in one database. With it, the ledger is a DynamoDB table
+// and the claims are in opts.NewStore's stores, committed with the entries
+// in real transactions.
 func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 	if err := opts.setDefaults(); err != nil {
 		return LedgerResult{}, err
@@ -154,8 +157,16 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 	dying := chooseIDs(ids, faultEvery, opts.Seed, saltLedger)
 	run := func(label string, transactional bool) (LedgerRow, error) {
 		c := &clock{}
-		store := memory.New(memory.Config{Now: c.Now})
-		db := newLedger()
+		var store claimstore.Store = memory.New(memory.Config{Now: c.Now})
+		var db ledgerDB = newLedger()
+		if opts.Ledger != nil {
+			ns := opts.namespace("ledger-" + map[bool]string{false: "write", true: "tx"}[transactional])
+			s, err := opts.NewStore(ctx, ns, c.Now)
+			if err != nil {
+				return LedgerRow{}, err
+			}
+			store, db = s, &dynamoLedger{api: opts.Ledger.Client, table: opts.Ledger.Table, ns: ns}
+		}
 		b := &broker{workers: opts.Workers, clock: c, progress: opts.progress}
 		var crashed, takeovers, duplicates atomic.Int64
 		opts.progress.row(label, len(msgs))
@@ -194,7 +205,9 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 				}
 				return ack, nil
 			}
-			db.write(m.entry)
+			if err := db.write(ctx, m.entry); err != nil {
+				return 0, fmt.Errorf("write: %w", err)
+			}
 			if dies { // after the write, before the completion
 				crashed.Add(1)
 				return later, nil
@@ -207,7 +220,10 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 		if err != nil {
 			return LedgerRow{}, fmt.Errorf("%s: %w", label, err)
 		}
-		n, byID, balances := db.entries()
+		n, byID, balances, err := db.entries(ctx)
+		if err != nil {
+			return LedgerRow{}, fmt.Errorf("%s: %w", label, err)
+		}
 		var off int64
 		for acct, w := range want {
 			d := balances[acct] - w

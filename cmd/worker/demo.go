@@ -11,13 +11,14 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/demo"
+	"github.com/claimfirst/claimfirst/ledger"
 )
 
 // cmdDemo runs the experiments of package demo and prints their tables.
 func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("demo", io)
 	store := s.String("store", "", "memory", "claim store for the claim-based rows: memory or dynamodb")
-	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb)")
+	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb); experiment 7's ledger goes in <table>-ledger")
 	experiment := s.Int("experiment", "", 0, fmt.Sprintf("experiment to run, 1 to %d (0: all)", demo.Experiments))
 	payments := s.Int("payments", "", 2000, fmt.Sprintf("payments per row, %d to %d", demo.MinPayments, demo.MaxPayments))
 	seed := s.Int("seed", "", 1, "chooses which payments are redelivered, fail, crash, time out or come late")
@@ -57,7 +58,13 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 		}
 		opts.NewStore = demo.DynamoDBStores(client, *table)
 		if *experiment == 0 || *experiment == 7 {
-			fmt.Fprintln(io.stderr, "demo: experiment 7 keeps its claims in memory, next to its in-memory ledger: -store dynamodb does not apply to it")
+			// Experiment 7's ledger, beside the claims: committed with them
+			// in real transactions.
+			lt := *table + "-ledger"
+			if err := ledger.CreateTable(ctx, client, lt); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			opts.Ledger = &demo.DynamoDBLedger{Client: client, Table: lt}
 		}
 	default:
 		return usagef("-store %q: want memory or dynamodb", *store)
