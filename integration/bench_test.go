@@ -96,31 +96,39 @@ func benchStoreOnly(b *testing.B) benchResult {
 		b.Fatal(err)
 	}
 	prefix := fmt.Sprintf("store_%d_", time.Now().UnixNano())
-	keys := make(chan int, b.N)
-	for i := range b.N {
-		keys <- i
+	return benchFanOut(b, counter, b.N, func(i int) error {
+		now := time.Now()
+		a, err := store.Acquire(ctx, claimstore.AcquireParams{
+			Key: prefix + strconv.Itoa(i), Owner: "bench",
+			LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour),
+		})
+		if err == nil && a.Outcome != claimstore.Acquired {
+			err = fmt.Errorf("key %d: outcome %v", i, a.Outcome)
+		}
+		if err == nil {
+			err = store.Complete(ctx, claimstore.CompleteParams{
+				Holder: a.Claim.Holder(), Result: "ok", ExpiresAt: now.Add(24 * time.Hour),
+			})
+		}
+		return err
+	})
+}
+
+// benchFanOut measures work(0) ... work(n-1) run by benchConcurrency
+// goroutines; the first error fails the benchmark.
+func benchFanOut(b *testing.B, counter *awsreq.Counter, n int, work func(i int) error) benchResult {
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
 	}
-	close(keys)
+	close(jobs)
 	m := startMeter(b, counter)
 	var wg sync.WaitGroup
 	errs := make(chan error, benchConcurrency)
 	for range benchConcurrency {
 		wg.Go(func() {
-			for i := range keys {
-				now := time.Now()
-				a, err := store.Acquire(ctx, claimstore.AcquireParams{
-					Key: prefix + strconv.Itoa(i), Owner: "bench",
-					LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour),
-				})
-				if err == nil && a.Outcome != claimstore.Acquired {
-					err = fmt.Errorf("key %d: outcome %v", i, a.Outcome)
-				}
-				if err == nil {
-					err = store.Complete(ctx, claimstore.CompleteParams{
-						Holder: a.Claim.Holder(), Result: "ok", ExpiresAt: now.Add(24 * time.Hour),
-					})
-				}
-				if err != nil {
+			for i := range jobs {
+				if err := work(i); err != nil {
 					errs <- err
 					return
 				}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -116,44 +115,23 @@ func benchCostSDK(b *testing.B) benchResult {
 	ddb, sq := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
 	ctx := context.Background()
 	q := cannedQueue
-	batches := make(chan int, b.N/10+1)
-	for i := 0; i < b.N; i += 10 {
-		batches <- min(10, b.N-i)
-	}
-	close(batches)
-	m := startMeter(b, counter)
-	var wg sync.WaitGroup
-	errs := make(chan error, benchConcurrency)
-	for range benchConcurrency {
-		wg.Go(func() {
-			for size := range batches {
-				out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q), MaxNumberOfMessages: int32(size), WaitTimeSeconds: 20})
-				if err != nil {
-					errs <- err
-					return
-				}
-				var del []sqstypes.DeleteMessageBatchRequestEntry
-				for i, msg := range out.Messages {
-					if err := floorWrites(ctx, ddb, "canned", aws.ToString(msg.MessageId), "acq"); err != nil {
-						errs <- err
-						return
-					}
-					del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
-				}
-				if _, err := sq.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q), Entries: del}); err != nil {
-					errs <- err
-					return
-				}
+	// One job per ten messages: a receive of ten, their writes, one delete.
+	return benchFanOut(b, counter, (b.N+9)/10, func(job int) error {
+		size := min(10, b.N-10*job)
+		out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q), MaxNumberOfMessages: int32(size), WaitTimeSeconds: 20})
+		if err != nil {
+			return err
+		}
+		var del []sqstypes.DeleteMessageBatchRequestEntry
+		for i, msg := range out.Messages {
+			if err := floorWrites(ctx, ddb, "canned", aws.ToString(msg.MessageId), "acq"); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	r := m.stop(b)
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-	return r
+			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: msg.ReceiptHandle})
+		}
+		_, err = sq.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q), Entries: del})
+		return err
+	})
 }
 
 func benchCostWorker(b *testing.B) benchResult {

@@ -37,32 +37,9 @@ func benchFloor(b *testing.B) benchResult {
 	ddb := dynamodb.NewFromConfig(cfg)
 	table := benchTable(b, ddb)
 	prefix := fmt.Sprintf("floor_%d_", time.Now().UnixNano())
-	keys := make(chan int, b.N)
-	for i := range b.N {
-		keys <- i
-	}
-	close(keys)
-	m := startMeter(b, counter)
-	var wg sync.WaitGroup
-	errs := make(chan error, benchConcurrency)
-	for range benchConcurrency {
-		wg.Go(func() {
-			for i := range keys {
-				err := floorWrites(ctx, ddb, table, prefix+strconv.Itoa(i), "acq"+strconv.Itoa(i))
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	r := m.stop(b)
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-	return r
+	return benchFanOut(b, counter, b.N, func(i int) error {
+		return floorWrites(ctx, ddb, table, prefix+strconv.Itoa(i), "acq"+strconv.Itoa(i))
+	})
 }
 
 // floorWrites is the protocol's two writes for one message, written out by

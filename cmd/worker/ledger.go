@@ -53,15 +53,10 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
 	}
 	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
-	cfg, err := loadAWS(ctx)
+	cfg, tr, err := loadTracedAWS(ctx, io)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
-	if err != nil {
-		return nil, err
-	}
-	tr.instrument(&cfg)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)

@@ -115,15 +115,10 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
 	}
-	cfg, err := loadAWS(ctx)
+	cfg, tr, err := loadTracedAWS(ctx, io)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
-	if err != nil {
-		return nil, err
-	}
-	tr.instrument(&cfg)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return nil, usagef("CLAIM_TABLE: %v", err)
@@ -158,6 +153,21 @@ func startError(err error) error {
 		return usagef("%v", err)
 	}
 	return err
+}
+
+// loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up and the
+// SDK's calls instrumented by it (when they turn it on).
+func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) {
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return aws.Config{}, nil, err
+	}
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	if err != nil {
+		return aws.Config{}, nil, err
+	}
+	tr.instrument(&cfg)
+	return cfg, tr, nil
 }
 
 // loadAWS reads the SDK's standard configuration chain.
