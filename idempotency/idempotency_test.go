@@ -1,7 +1,6 @@
 package idempotency_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.uber.org/goleak"
 
 	"github.com/claimfirst/claimfirst/claimstore"
@@ -27,30 +25,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// table is one claim table per test binary on the emulator.
-var table struct {
-	once   sync.Once
-	name   string
-	client *dynamodb.Client
-	err    error
-}
-
 // dynamoStore returns a new DynamoDB store on the shared emulator table:
 // two calls are two processes sharing one table.
 func dynamoStore(t *testing.T) claimstore.Store {
 	t.Helper()
-	cfg := awstest.Config(t)
-	table.once.Do(func() {
-		table.client = dynamodb.NewFromConfig(cfg)
-		table.name = awstest.Name("idem")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		table.err = dynamo.CreateTable(ctx, table.client, dynamo.TableSpec{Name: table.name})
-	})
-	if table.err != nil {
-		t.Fatalf("create table: %v", table.err)
-	}
-	s, err := dynamo.New(dynamo.Config{Client: table.client, Table: table.name, KeyPrefix: "http#"})
+	client, table := awstest.ClaimTable(t, "idem")
+	s, err := dynamo.New(dynamo.Config{Client: client, Table: table, KeyPrefix: "http#"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.uber.org/goleak"
 
 	"github.com/claimfirst/claimfirst/claimstore"
@@ -21,32 +20,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// table is one claim table per test binary on the emulator.
-var table struct {
-	once   sync.Once
-	name   string
-	client *dynamodb.Client
-	err    error
-}
-
 // backends returns the conformance suite's two stores: memory, and DynamoDB
 // on the emulator (skipped without one, failed under the emulator launcher).
 func backends(t *testing.T) map[string]func(t *testing.T) claimstore.Store {
 	return map[string]func(t *testing.T) claimstore.Store{
 		"memory": func(*testing.T) claimstore.Store { return memory.New(memory.Config{KeyPrefix: "once#"}) },
 		"dynamo": func(t *testing.T) claimstore.Store {
-			cfg := awstest.Config(t)
-			table.once.Do(func() {
-				table.client = dynamodb.NewFromConfig(cfg)
-				table.name = awstest.Name("once")
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				table.err = dynamo.CreateTable(ctx, table.client, dynamo.TableSpec{Name: table.name})
-			})
-			if table.err != nil {
-				t.Fatalf("create table: %v", table.err)
-			}
-			s, err := dynamo.New(dynamo.Config{Client: table.client, Table: table.name, KeyPrefix: "once#"})
+			client, table := awstest.ClaimTable(t, "once")
+			s, err := dynamo.New(dynamo.Config{Client: client, Table: table, KeyPrefix: "once#"})
 			if err != nil {
 				t.Fatal(err)
 			}
