@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 GOLANGCI_LINT_VERSION ?= v2.15.0
-TEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 6
+TEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 4
 EMULATOR := emulator/with-emulator.sh
 IMAGE ?= claimfirst-worker
 # The AWS Lambda Runtime Interface Emulator, pinned; the Lambda test runs bootstrap under it.

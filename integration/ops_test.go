@@ -445,6 +445,13 @@ func TestRedriveKeepsMessageIDKey(t *testing.T) {
 		t.Fatalf("claim %s = %v, want RELEASED with the rejection as last_error", idRecon, c)
 	}
 
+	// The row pay_retry's redrive must take over: its token as dead-lettered
+	// (1, or more if a slow emulator made a delivery outlast its lease).
+	retryToken, _ := e.getClaim(nil, idRetry)["token"].(float64)
+	if retryToken < 1 {
+		t.Fatalf("claim %s has no token before the redrive: %v", idRetry, e.getClaim(nil, idRetry))
+	}
+
 	// The operator finds pay_recon's charge and records it; pay_retry is left.
 	e.mustCommand(nil, "claims", "complete", idRecon, "-result", "ch_reconciled", "-yes")
 	if out := e.mustCommand(nil, "redrive"); !strings.Contains(out, "moved 2 messages") {
@@ -462,8 +469,8 @@ func TestRedriveKeepsMessageIDKey(t *testing.T) {
 		t.Errorf("duplicate line %v: want key %s (the first id) on a message with a new id, result ch_reconciled", dup, idRecon)
 	}
 	done := completions[0]
-	if done["idempotency_key"] != idRetry || done["message_id"] == idRetry || done["token"] != 2.0 {
-		t.Errorf("completed line %v: want key %s on a message with a new id, token 2 (the same row taken over)", done, idRetry)
+	if done["idempotency_key"] != idRetry || done["message_id"] == idRetry || done["token"] != retryToken+1 {
+		t.Errorf("completed line %v: want key %s on a message with a new id, token %v (the same row taken over)", done, idRetry, retryToken+1)
 	}
 	for _, id := range []string{fmt.Sprint(dup["message_id"]), fmt.Sprint(done["message_id"])} {
 		if row := e.claim(id); len(row) != 0 {

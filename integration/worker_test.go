@@ -91,7 +91,7 @@ func TestProviderFaults(t *testing.T) {
 func TestCrash(t *testing.T) {
 	// Not parallel: with a 3 s visibility, a claim must be taken within 3 s
 	// of its receipt, which the outage and FIFO tests running beside it
-	// (make test runs six at a time) can make the emulator miss. Go runs
+	// (make test runs four at a time) can make the emulator miss. Go runs
 	// the tests that are not parallel first, one at a time.
 	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 20 * time.Millisecond}})
 	ps := payments("crash", 300)
