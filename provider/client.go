@@ -359,17 +359,55 @@ func stopped(last *Error, cause error) *Error {
 	return &e
 }
 
-// attempt makes one request. It returns the charge, or the error and the
-// answer's Retry-After header.
+// attempt makes one charge request. It returns the charge, or the error and
+// the answer's Retry-After header.
 func (c *Client) attempt(ctx context.Context, key []string, body []byte) (Charge, *Error, string) {
+	a, e := c.send(ctx, http.MethodPost, c.url, body, key)
+	if e != nil {
+		return Charge{}, e, ""
+	}
+	if a.readErr != nil && a.status >= 200 && a.status < 300 {
+		// Charged, probably, but the id is lost: ask again with the key.
+		return Charge{}, a.readErr, ""
+	}
+	ch, e := classify(a.status, a.header.Get("Idempotent-Replayed"), a.body)
+	if e != nil {
+		return Charge{}, e, a.header.Get("Retry-After")
+	}
+	return ch, nil, ""
+}
+
+// answer is one HTTP answer of the provider, its body read up to
+// maxResponseBytes.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+	// readErr is the error reading the body ended with, as a transport
+	// error (nil if it was read whole).
+	readErr *Error
+}
+
+// send makes one request, within Timeout, with the client's headers (and
+// Idempotency-Key when key is set). A request that got no answer fails
+// with a transport error.
+func (c *Client) send(ctx context.Context, method, url string, body []byte, key []string) (answer, *Error) {
 	actx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))
-	if err != nil { // unreachable: the URL was validated
-		return Charge{}, &Error{Kind: KindBadRequest, Err: err}, ""
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	req.Header["Idempotency-Key"] = key
-	req.Header["Content-Type"] = c.jsonType
+	req, err := http.NewRequestWithContext(actx, method, url, rd)
+	if err != nil { // unreachable: the URL was validated
+		return answer{}, &Error{Kind: KindBadRequest, Err: err}
+	}
+	if key != nil {
+		req.Header["Idempotency-Key"] = key
+	}
+	if body != nil {
+		req.Header["Content-Type"] = c.jsonType
+	}
 	req.Header["Accept"] = c.jsonType
 	req.Header["User-Agent"] = c.userAgent
 	if c.auth != nil {
@@ -377,21 +415,17 @@ func (c *Client) attempt(ctx context.Context, key []string, body []byte) (Charge
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Charge{}, c.transportError(ctx, actx, 0, err), ""
+		return answer{}, c.transportError(ctx, actx, 0, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		// Charged, probably, but the id is lost: ask again with the key.
-		return Charge{}, c.transportError(ctx, actx, resp.StatusCode, err), ""
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	a.body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		a.readErr = c.transportError(ctx, actx, resp.StatusCode, err)
 	}
 	// Drain a little so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	ch, e := classify(resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), data)
-	if e != nil {
-		return Charge{}, e, resp.Header.Get("Retry-After")
-	}
-	return ch, nil, ""
+	return a, nil
 }
 
 func (c *Client) transportError(ctx, actx context.Context, status int, err error) *Error {

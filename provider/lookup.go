@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -39,39 +38,26 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) ([]ChargeRecord, 
 }
 
 func (c *Client) lookupAttempt(ctx context.Context, u string) (ChargeList, *Error, string) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
-	if err != nil { // unreachable: the URL was validated
-		return ChargeList{}, &Error{Kind: KindBadRequest, Err: err}, ""
+	a, e := c.send(ctx, http.MethodGet, u, nil, nil)
+	if e != nil {
+		return ChargeList{}, e, ""
 	}
-	req.Header["Accept"] = c.jsonType
-	req.Header["User-Agent"] = c.userAgent
-	if c.auth != nil {
-		req.Header["Authorization"] = c.auth
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return ChargeList{}, c.transportError(ctx, actx, 0, err), ""
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return ChargeList{}, c.transportError(ctx, actx, resp.StatusCode, err), ""
+	if a.readErr != nil {
+		return ChargeList{}, a.readErr, ""
 	}
 	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return ChargeList{}, &Error{Kind: KindDependency, StatusCode: resp.StatusCode, Reason: "lookup not supported", Err: ErrNoLookup}, ""
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+	case a.status == http.StatusNotFound:
+		return ChargeList{}, &Error{Kind: KindDependency, StatusCode: a.status, Reason: "lookup not supported", Err: ErrNoLookup}, ""
+	case a.status >= 200 && a.status < 300:
 		var list ChargeList
-		if err := json.Unmarshal(data, &list); err != nil {
-			return ChargeList{}, &Error{Kind: KindUnknown, StatusCode: resp.StatusCode, Reason: "undecodable lookup answer", Err: err}, ""
+		if err := json.Unmarshal(a.body, &list); err != nil {
+			return ChargeList{}, &Error{Kind: KindUnknown, StatusCode: a.status, Reason: "undecodable lookup answer", Err: err}, ""
 		}
 		return list, nil, ""
 	}
-	_, e := classify(resp.StatusCode, "", data)
+	_, e = classify(a.status, "", a.body)
 	if e.Kind == KindDeclined || e.Kind == KindKeyMismatch {
 		e.Kind = KindDependency // a lookup is never declined; the provider misbehaves
 	}
-	return ChargeList{}, e, resp.Header.Get("Retry-After")
+	return ChargeList{}, e, a.header.Get("Retry-After")
 }
