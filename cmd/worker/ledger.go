@@ -4,9 +4,6 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/ledger"
 )
 
@@ -45,21 +42,13 @@ func (l ledgerSettings) ledger() (bool, error) {
 // no provider; its writes go with the claims' completions, so the claim
 // table and the ledger table must be in one account and region.
 func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*a.logLevel)); err != nil {
-		return nil, usagef("LOG_LEVEL (-log-level) %q: want debug, info, warn or error", *a.logLevel)
-	}
-	if *a.retention < 0 {
-		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
-	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
-	cfg, tr, err := loadTracedAWS(ctx, io)
+	log, err := a.logger(io)
 	if err != nil {
 		return nil, err
 	}
-	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	cfg, tr, store, err := a.claimStore(ctx, io)
 	if err != nil {
-		return nil, usagef("CLAIM_TABLE: %v", err)
+		return nil, err
 	}
 	log.Info("handling ledger entries", slog.String("ledger_table", *a.ledger.table))
 	return &app{

@@ -87,12 +87,9 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err := require(*a.providerURL, "provider-url", "PROVIDER_URL"); err != nil {
 		return nil, err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*a.logLevel)); err != nil {
-		return nil, usagef("LOG_LEVEL (-log-level) %q: want debug, info, warn or error", *a.logLevel)
-	}
-	if *a.retention < 0 {
-		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
+	log, err := a.logger(io)
+	if err != nil {
+		return nil, err
 	}
 	if *a.providerTimeout <= 0 {
 		return nil, usagef("PROVIDER_TIMEOUT (-provider-timeout) %s: must be positive", *a.providerTimeout)
@@ -107,7 +104,6 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 	client, err := provider.NewClient(provider.Config{
 		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
 		Logger: log,
@@ -115,13 +111,9 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
 	}
-	cfg, tr, err := loadTracedAWS(ctx, io)
+	cfg, tr, store, err := a.claimStore(ctx, io)
 	if err != nil {
 		return nil, err
-	}
-	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
-	if err != nil {
-		return nil, usagef("CLAIM_TABLE: %v", err)
 	}
 	h := payment.Handler{Provider: client, KeyLifetime: *a.keyLifetime}
 	if *a.lookup {
@@ -131,6 +123,33 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		log: log, aws: cfg, store: store, client: client, tracing: tr,
 		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
 	}, nil
+}
+
+// logger checks the settings every handler shares (LOG_LEVEL,
+// CLAIM_RETENTION) and returns the JSON logger on stderr.
+func (a *appSettings) logger(io stdio) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*a.logLevel)); err != nil {
+		return nil, usagef("LOG_LEVEL (-log-level) %q: want debug, info, warn or error", *a.logLevel)
+	}
+	if *a.retention < 0 {
+		return nil, usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", *a.retention)
+	}
+	return slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations})), nil
+}
+
+// claimStore loads the AWS configuration (with tracing) and returns the
+// DynamoDB claim store on CLAIM_TABLE.
+func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tracing, *dynamo.Store, error) {
+	cfg, tr, err := loadTracedAWS(ctx, io)
+	if err != nil {
+		return aws.Config{}, nil, nil, err
+	}
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	if err != nil {
+		return aws.Config{}, nil, nil, usagef("CLAIM_TABLE: %v", err)
+	}
+	return cfg, tr, store, nil
 }
 
 // readableDurations writes durations in log lines as Go duration strings
