@@ -51,8 +51,9 @@ type Options struct {
 	Fingerprint string
 	// Lease is how long the claim is held without a renewal. Defaults to 30s.
 	Lease time.Duration
-	// RenewEvery is the interval between renewals while the function runs.
-	// Defaults to a third of Lease.
+	// RenewEvery is the interval between renewals while the function runs;
+	// a negative interval renews nothing, and the lease ends where it began
+	// (the function's context ends then). Defaults to a third of Lease.
 	RenewEvery time.Duration
 	// Retention is how long a key is remembered: a completed key returns its
 	// result for that long, and then counts as new. Defaults to 24h.
@@ -70,6 +71,22 @@ type Options struct {
 	// nothing can be extended any more and the lease runs out as it is.
 	// Defaults to nil: the lease is extended to Lease from now.
 	Extend func(ctx context.Context) (time.Time, error)
+	// Renewed, if set, is told the outcome of each renewal try while the
+	// function runs, and of the lease running out (for logs and metrics).
+	// It is called from the goroutine that renews. Defaults to nil.
+	Renewed func(Renewal)
+	// Acq is the acquisition id the key is claimed with (see
+	// claimstore.AcquireParams.Acq). A caller retrying Acquire after a store
+	// error passes the same one each time, so that a try whose answer was
+	// lost is found as its own claim, not as one held elsewhere. Defaults to
+	// a new one per call.
+	Acq string
+	// Retry, if set, decides whether a completion (op "complete" or
+	// "complete_tx") that failed in the store is tried again: it waits as it
+	// sees fit and returns true to try again, false to give up (the call
+	// then fails with ErrNotStored). try counts from 0. Defaults to retrying
+	// with backoff while the lease lasts.
+	Retry func(ctx context.Context, op string, try int, err error) bool
 	// StoreTimeout bounds each completion or release attempt, which outlive
 	// the caller's context. Defaults to 10s.
 	StoreTimeout time.Duration
@@ -88,7 +105,7 @@ func (o Options) withDefaults() Options {
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second
 	}
-	if o.RenewEvery <= 0 {
+	if o.RenewEvery == 0 {
 		o.RenewEvery = o.Lease / 3
 	}
 	if o.Retention <= 0 {
@@ -238,6 +255,46 @@ func Do(ctx context.Context, store claimstore.Store, key string, opts Options, f
 // Run is Do that also says whether the result was replayed, and under which
 // token it was made.
 func Run(ctx context.Context, store claimstore.Store, key string, opts Options, fn Func) (Result, error) {
+	c, replay, err := Acquire(ctx, store, key, opts)
+	if err != nil || c == nil {
+		return replay, err
+	}
+	var value string
+	panicked := true
+	defer func() {
+		if panicked && !c.lost {
+			_ = c.Release(ctx, "panic")
+		}
+	}()
+	herr := c.Hold(ctx, func(ctx context.Context) error {
+		var ferr error
+		value, ferr = fn(ctx, c.Call)
+		return ferr
+	})
+	panicked = false
+	if errors.Is(herr, ErrLeaseLost) {
+		return Result{}, herr
+	}
+	if herr != nil {
+		if rerr := c.Release(ctx, herr.Error()); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			return Result{}, errors.Join(herr, rerr)
+		}
+		return Result{}, herr
+	}
+	if err := c.Complete(ctx, value); err != nil {
+		return Result{}, err
+	}
+	return Result{Value: value, Token: c.Token}, nil
+}
+
+// Acquire claims key for this caller, the first step of Run, for callers
+// that hold the claim around their own work (the SQS worker does): it
+// returns the held *Claim; or, for a key completed before, a nil Claim and
+// the stored Result; or Run's errors from before its function would run (a
+// *HeldError, a *KeyReusedError, claimstore.ErrInvalidKey or
+// ErrInvalidParams, a *StoreError). The holder of a Claim calls Hold around
+// the work, then Complete or Release.
+func Acquire(ctx context.Context, store claimstore.Store, key string, opts Options) (*Claim, Result, error) {
 	o := opts.withDefaults()
 	now := o.Now()
 	leaseUntil := o.LeaseUntil
@@ -245,101 +302,152 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 		leaseUntil = now.Add(o.Lease)
 	}
 	acq, err := store.Acquire(ctx, claimstore.AcquireParams{
-		Key: key, Owner: o.Owner, Fingerprint: o.Fingerprint,
+		Key: key, Owner: o.Owner, Fingerprint: o.Fingerprint, Acq: o.Acq,
 		LeaseUntil: leaseUntil, ExpiresAt: later(now.Add(o.Retention), leaseUntil),
 	})
 	if err != nil {
 		if errors.Is(err, claimstore.ErrInvalidKey) || errors.Is(err, claimstore.ErrInvalidParams) {
-			return Result{}, err
+			return nil, Result{}, err
 		}
-		return Result{}, &StoreError{Op: "acquire", Err: err}
+		return nil, Result{}, &StoreError{Op: "acquire", Err: err}
 	}
 	c := acq.Claim
 	switch acq.Outcome {
 	case claimstore.Acquired:
 	case claimstore.Duplicate:
-		return Result{Value: c.Result, Replayed: true, Token: c.Token}, nil
+		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token}, nil
 	case claimstore.HeldElsewhere:
-		return Result{}, &HeldError{Key: key, Owner: c.Owner, Token: c.Token, Until: c.LeaseUntil}
+		return nil, Result{}, &HeldError{Key: key, Owner: c.Owner, Token: c.Token, Until: c.LeaseUntil}
 	case claimstore.KeyReused:
 		e := &KeyReusedError{Key: key, Fingerprint: o.Fingerprint, Stored: c.Fingerprint}
 		if c.Status == claimstore.StatusInProgress && now.Before(c.LeaseUntil) {
 			e.HeldUntil = c.LeaseUntil
 		}
-		return Result{}, e
+		return nil, Result{}, e
 	default:
-		return Result{}, &StoreError{Op: "acquire", Err: fmt.Errorf("unknown outcome %v", acq.Outcome)}
+		return nil, Result{}, &StoreError{Op: "acquire", Err: fmt.Errorf("unknown outcome %v", acq.Outcome)}
 	}
-
-	h := &holder{store: store, o: o, h: c.Holder(), until: c.LeaseUntil}
-	call := Call{Key: key, Token: c.Token, FirstAt: c.FirstAt, Attempt: c.Attempts}
-	value, ferr, lost := h.run(ctx, call, fn)
-	if lost {
-		return Result{}, fmt.Errorf("key %q token %d: %w", key, c.Token, ErrLeaseLost)
-	}
-	if ferr != nil {
-		if rerr := h.release(ctx, ferr.Error()); rerr != nil {
-			return Result{}, errors.Join(ferr, rerr)
-		}
-		return Result{}, ferr
-	}
-	if err := h.complete(ctx, value); err != nil {
-		return Result{}, err
-	}
-	return Result{Value: value, Token: c.Token}, nil
+	return &Claim{
+		Call:  Call{Key: key, Token: c.Token, FirstAt: c.FirstAt, Attempt: c.Attempts},
+		store: store, o: o, h: c.Holder(), until: c.LeaseUntil,
+	}, Result{}, nil
 }
 
-// holder runs a function under an acquired claim.
-type holder struct {
+// Claim is a key held by this caller, from Acquire until it is completed
+// or released. Its methods are not safe for concurrent use: one goroutine
+// holds the claim, runs the work under Hold, then completes or releases.
+type Claim struct {
+	// Call describes the claim: key, fencing token, first use, attempt.
+	Call
+
 	store claimstore.Store
 	o     Options
 	h     claimstore.Holder
-	until time.Time // the lease's end as last stored; read by run after the heartbeat stops
+	until time.Time // the lease's end as last stored
+	lost  bool      // the lease was lost while held
 }
 
-// run calls fn with a context that ends when the lease is lost, renewing the
-// lease meanwhile. lost reports that the lease was lost before fn returned.
-func (h *holder) run(ctx context.Context, call Call, fn Func) (value string, err error, lost bool) {
-	fctx, cancel := context.WithCancelCause(ctx)
+// Holder returns the claim's identity in the store's terms.
+func (c *Claim) Holder() claimstore.Holder { return c.h }
+
+// Until returns when the claim's lease ends unless it is renewed: its end
+// at the acquisition, or as the last renewal under Hold left it.
+func (c *Claim) Until() time.Time { return c.until }
+
+// Lost reports that the claim's lease was lost under Hold: a later holder
+// may own the key, and the claim can no longer be completed or released.
+func (c *Claim) Lost() bool { return c.lost }
+
+// Renewal is what Options.Renewed is told after each renewal try.
+type Renewal struct {
+	// Until is the lease's end after the try.
+	Until time.Time
+	// Extended reports that the try renewed the lease to Until.
+	Extended bool
+	// Err is why the try did not renew the lease (Extend or the store
+	// failed), if it did not; nil with Extended false when Extend had
+	// nothing more to extend.
+	Err error
+	// Lost reports that the claim is lost: a later holder owns it, or the
+	// lease ran out before it was renewed (Expired). The function's context
+	// ends with cause ErrLeaseLost.
+	Lost bool
+	// Expired reports that the lease ran out, at Until, before a renewal
+	// extended it.
+	Expired bool
+}
+
+// Hold runs work with a context that ends, with cause ErrLeaseLost, when
+// the claim's lease is lost, renewing the lease meanwhile: first at
+// Options.FirstRenewal (or RenewEvery after Hold starts) and then every
+// RenewEvery. If the first renewal is due before work starts (winning the
+// claim took long), the lease is renewed first and work runs only if that
+// kept the claim. Hold is also the lease's watchdog: if the lease runs out
+// before a renewal extends it (the process stalled, the store hung), the
+// context ends at once, since a later caller may take over.
+//
+// Hold returns work's error; or an error matching ErrLeaseLost if the lease
+// was lost before work returned, whatever work returned, or before it
+// could start. If work panics, the renewals stop and the panic goes on.
+func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) error {
+	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	now := c.o.Now()
+	next := c.o.FirstRenewal
+	if next.IsZero() {
+		next = now.Add(c.o.RenewEvery)
+	}
+	if c.o.RenewEvery > 0 && !now.Before(next) {
+		// Nothing has acted yet, so a renewal after the lease ended is
+		// safe: it fails if anyone took the claim over meanwhile.
+		if !c.beat(wctx, cancel) {
+			return c.lostErr()
+		}
+		next = c.o.Now().Add(c.o.RenewEvery)
+	}
+	if !c.o.Now().Before(c.until) {
+		c.expire(cancel)
+		return c.lostErr()
+	}
 	done := make(chan struct{})
 	beat := make(chan struct{})
 	go func() {
 		defer close(beat)
-		h.heartbeat(fctx, cancel, done)
+		c.heartbeat(wctx, cancel, next, done)
 	}()
-	stop := func() { close(done); <-beat }
-
-	panicked := true
-	defer func() {
-		if panicked {
-			stop()
-			if errors.Is(context.Cause(fctx), ErrLeaseLost) {
-				return
-			}
-			_ = h.release(ctx, "panic")
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			close(done)
+			<-beat
 		}
-	}()
-	value, err = fn(fctx, call)
-	panicked = false
+	}
+	defer stop()
+	err := work(wctx)
 	stop()
-	return value, err, errors.Is(context.Cause(fctx), ErrLeaseLost)
+	if c.lost {
+		return c.lostErr()
+	}
+	return err
 }
 
-// heartbeat renews the lease until done, first at FirstRenewal (or
-// RenewEvery from now) and then every RenewEvery. It is also the lease's
-// watchdog: if the lease runs out before a renewal extends it, fn's context
-// is cancelled with ErrLeaseLost, since a later caller may take over.
-func (h *holder) heartbeat(ctx context.Context, lose context.CancelCauseFunc, done <-chan struct{}) {
-	now := h.o.Now()
-	next := h.o.FirstRenewal
-	if next.IsZero() {
-		next = now.Add(h.o.RenewEvery)
-	}
-	t := time.NewTimer(next.Sub(now))
-	defer t.Stop()
-	expiry := time.NewTimer(h.until.Sub(now))
+func (c *Claim) lostErr() error {
+	return fmt.Errorf("key %q token %d: %w", c.Key, c.Token, ErrLeaseLost)
+}
+
+// heartbeat renews the lease at next and then every RenewEvery until done,
+// and ends work's context when the lease is lost or runs out.
+func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, next time.Time, done <-chan struct{}) {
+	expiry := time.NewTimer(c.until.Sub(c.o.Now()))
 	defer expiry.Stop()
+	var t *time.Timer
+	var tick <-chan time.Time // nil, never ready, when the lease is not renewed
+	if c.o.RenewEvery > 0 {
+		t = time.NewTimer(next.Sub(c.o.Now()))
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-done:
@@ -347,76 +455,150 @@ func (h *holder) heartbeat(ctx context.Context, lose context.CancelCauseFunc, do
 		case <-ctx.Done():
 			return
 		case <-expiry.C:
-			lose(ErrLeaseLost)
+			c.expire(lose)
 			return
-		case <-t.C:
+		case <-tick:
 		}
-		if !h.o.Now().Before(h.until) {
-			lose(ErrLeaseLost)
+		if !c.o.Now().Before(c.until) {
+			c.expire(lose)
 			return
 		}
-		until, err := h.renew(ctx)
-		t.Reset(h.o.RenewEvery)
-		switch {
-		case errors.Is(err, claimstore.ErrLeaseLost):
-			lose(ErrLeaseLost)
+		if !c.beat(ctx, lose) {
 			return
-		case err == nil && !until.IsZero():
-			h.until = until
-			expiry.Reset(until.Sub(h.o.Now()))
 		}
+		t.Reset(c.o.RenewEvery)
+		expiry.Reset(c.until.Sub(c.o.Now()))
+	}
+}
+
+// expire ends work's context because the lease ran out.
+func (c *Claim) expire(lose context.CancelCauseFunc) {
+	c.lost = true
+	c.report(Renewal{Until: c.until, Lost: true, Expired: true, Err: ErrLeaseLost})
+	lose(ErrLeaseLost)
+}
+
+// beat renews the lease once and reports whether the claim is still held.
+func (c *Claim) beat(ctx context.Context, lose context.CancelCauseFunc) bool {
+	until, err := c.renew(ctx)
+	switch {
+	case errors.Is(err, claimstore.ErrLeaseLost):
+		c.lost = true
+		c.report(Renewal{Until: c.until, Lost: true, Err: err})
+		lose(ErrLeaseLost)
+		return false
+	case err == nil && !until.IsZero():
+		c.until = until
+		c.report(Renewal{Until: until, Extended: true})
+	default:
+		c.report(Renewal{Until: c.until, Err: err})
+	}
+	return true
+}
+
+func (c *Claim) report(r Renewal) {
+	if c.o.Renewed != nil {
+		c.o.Renewed(r)
 	}
 }
 
 // renew extends the lease once, bounded by its current end so that a hung
 // call never keeps the watchdog from firing.
-func (h *holder) renew(ctx context.Context) (time.Time, error) {
-	ctx, cancel := context.WithDeadline(ctx, h.until)
+func (c *Claim) renew(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithDeadline(ctx, c.until)
 	defer cancel()
-	until := h.o.Now().Add(h.o.Lease)
-	if h.o.Extend != nil {
-		u, err := h.o.Extend(ctx)
+	until := c.o.Now().Add(c.o.Lease)
+	if c.o.Extend != nil {
+		u, err := c.o.Extend(ctx)
 		if err != nil || u.IsZero() {
 			return time.Time{}, err
 		}
 		until = u
 	}
-	err := h.store.Renew(ctx, claimstore.RenewParams{Holder: h.h, LeaseUntil: until, ExpiresAt: h.o.Now().Add(h.o.Retention)})
+	err := c.store.Renew(ctx, claimstore.RenewParams{Holder: c.h, LeaseUntil: until, ExpiresAt: c.o.Now().Add(c.o.Retention)})
 	if err != nil {
 		return time.Time{}, err
 	}
 	return until, nil
 }
 
-// complete stores value with the claim, retrying a failing store while the
-// lease lasts: the work is done, and a later caller could only take over
-// and do it again once the lease has ended.
-func (h *holder) complete(ctx context.Context, value string) error {
+// Complete stores value with the claim, retrying a failing store as
+// Options.Retry decides (by default with backoff while the lease lasts):
+// the work is done, and a later caller could only take over and do it again
+// once the lease has ended. It returns nil, an error matching ErrLeaseLost
+// if the claim is someone else's now, or one matching ErrNotStored (and
+// wrapping a *StoreError) if the store kept failing.
+func (c *Claim) Complete(ctx context.Context, value string) error {
+	return c.complete(ctx, "complete", func(ctx context.Context, p claimstore.CompleteParams) error {
+		return c.store.Complete(ctx, p)
+	}, value, nil)
+}
+
+// CompleteTx is Complete that commits writes in one transaction with the
+// completion (claimstore.CompleteTx): they are applied if and only if the
+// claim is completed, while this caller still holds it. Errors that no
+// retry can change come back as they are, with nothing written:
+// claimstore.ErrTxUnsupported, ErrTxTooLarge, ErrInvalidParams, and a
+// *claimstore.WriteConditionError when a condition of writes failed (the
+// claim is still held: Complete or Release it). A failing store is retried
+// as by Complete; a transaction applied but whose answer was lost is
+// recognized as this caller's own.
+func (c *Claim) CompleteTx(ctx context.Context, value string, writes claimstore.TxWrites) error {
+	return c.complete(ctx, "complete_tx", func(ctx context.Context, p claimstore.CompleteParams) error {
+		return claimstore.CompleteTx(ctx, c.store, p, writes)
+	}, value, func(err error) bool {
+		var wce *claimstore.WriteConditionError
+		return errors.As(err, &wce) || errors.Is(err, claimstore.ErrTxUnsupported) ||
+			errors.Is(err, claimstore.ErrTxTooLarge) || errors.Is(err, claimstore.ErrInvalidParams)
+	})
+}
+
+func (c *Claim) complete(ctx context.Context, op string, call func(context.Context, claimstore.CompleteParams) error,
+	value string, final func(error) bool,
+) error {
 	for try := 0; ; try++ {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.o.StoreTimeout)
-		err := h.store.Complete(cctx, claimstore.CompleteParams{Holder: h.h, Result: value, ExpiresAt: h.o.Now().Add(h.o.Retention)})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.StoreTimeout)
+		err := call(cctx, claimstore.CompleteParams{Holder: c.h, Result: value, ExpiresAt: c.o.Now().Add(c.o.Retention)})
 		cancel()
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, claimstore.ErrLeaseLost):
-			return fmt.Errorf("key %q token %d: complete: %w", h.h.Key, h.h.Token, ErrLeaseLost)
+			return fmt.Errorf("key %q token %d: %s: %w", c.Key, c.Token, op, ErrLeaseLost)
+		case final != nil && final(err):
+			return err
 		}
-		wait := backoff(h.o.MinBackoff, h.o.MaxBackoff, try)
-		if !h.o.Now().Add(wait).Before(h.until) || !sleep(ctx, wait) {
-			return fmt.Errorf("key %q token %d: %w: %w", h.h.Key, h.h.Token, ErrNotStored, &StoreError{Op: "complete", Err: err})
+		if !c.retry(ctx, op, try, err) {
+			return fmt.Errorf("key %q token %d: %w: %w", c.Key, c.Token, ErrNotStored, &StoreError{Op: op, Err: err})
 		}
 	}
 }
 
-// release gives the claim up after a failure. A lost lease is no error
-// here: the claim is someone else's, which is what a release wants.
-func (h *holder) release(ctx context.Context, reason string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.o.StoreTimeout)
+// retry decides whether the try+1-th retry of a failed completion runs,
+// after waiting for it.
+func (c *Claim) retry(ctx context.Context, op string, try int, err error) bool {
+	if c.o.Retry != nil {
+		return c.o.Retry(ctx, op, try, err)
+	}
+	wait := backoff(c.o.MinBackoff, c.o.MaxBackoff, try)
+	return c.o.Now().Add(wait).Before(c.until) && sleep(ctx, wait)
+}
+
+// Release gives the claim up after a failure, recording reason as the
+// claim's last error: the next call with the key runs again at once. It
+// returns nil, an error matching ErrLeaseLost if the claim is someone
+// else's already (which is what a release wants, but the caller may want
+// to know), or a *StoreError, in which case the claim stays held until its
+// lease ends.
+func (c *Claim) Release(ctx context.Context, reason string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.StoreTimeout)
 	defer cancel()
-	err := h.store.Release(rctx, claimstore.ReleaseParams{Holder: h.h, LastError: reason})
-	if err == nil || errors.Is(err, claimstore.ErrLeaseLost) {
+	err := c.store.Release(rctx, claimstore.ReleaseParams{Holder: c.h, LastError: reason})
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, claimstore.ErrLeaseLost):
+		return fmt.Errorf("key %q token %d: release: %w", c.Key, c.Token, ErrLeaseLost)
 	}
 	return &StoreError{Op: "release", Err: err}
 }

@@ -346,8 +346,9 @@ func TestLeaseHooksAlignTheClaimWithAnotherLease(t *testing.T) {
 			return until, nil
 		},
 	}, func(ctx context.Context, c once.Call) (string, error) {
-		// The first renewal is already due and runs alongside fn: the claim
-		// holds the given lease end, or the one the renewal extended it to.
+		// The first renewal was already due and ran before fn: the claim
+		// holds the lease end the renewal extended it to (or, had that
+		// failed, the given one).
 		claim, err := s.Get(ctx, "k")
 		if lu := claim.LeaseUntil.UnixMilli(); err != nil || (lu != leaseUntil.UnixMilli() && lu != extended.Load()) || claim.Fingerprint != "fp" {
 			t.Errorf("claim as acquired = %+v, %v; want the given lease end (or its renewal) and fingerprint", claim, err)

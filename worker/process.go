@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 )
 
 // action is what the transport does with a message after processing.
@@ -52,9 +53,6 @@ type disposition struct {
 // storeCallTimeout bounds a completion or release, which outlive the
 // handler's context: a hung call must not hold the message forever.
 const storeCallTimeout = 10 * time.Second
-
-// errLeaseLost is the cause of a handler context cancelled by a failed renew.
-var errLeaseLost = errors.New("worker: lease lost")
 
 // lease describes how long a delivery's claim may be held and how to extend it.
 type lease struct {
@@ -152,45 +150,40 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		log.Error("acquire failed; the message will be retried", slog.Any("error", err))
 		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
 	}
-	switch acq.Outcome {
+	switch acq.outcome {
 	case claimstore.KeyReused:
 		p.metrics.count(OutcomeKeyReused)
 		return p.poison(log, Permanentf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
-			m.Key, m.Fingerprint, acq.Claim.Fingerprint))
+			m.Key, m.Fingerprint, acq.reused.Stored))
 	case claimstore.Duplicate:
 		p.metrics.count(OutcomeDuplicate)
-		log.Info("duplicate: key already completed", slog.String("result", acq.Claim.Result), slog.Int64("token", acq.Claim.Token))
+		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token))
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
 		p.metrics.count(OutcomeDeferred)
-		wait := acq.Claim.LeaseUntil.Sub(now) + p.deferSlack
-		log.Info("deferred: key held elsewhere", slog.String("holder", acq.Claim.Owner),
-			slog.Int64("token", acq.Claim.Token), slog.Duration("visible_in", wait))
+		wait := acq.held.Until.Sub(now) + p.deferSlack
+		log.Info("deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
+			slog.Int64("token", acq.held.Token), slog.Duration("visible_in", wait))
 		return disposition{action: actDefer, delay: wait}
-	case claimstore.Acquired:
-	default:
-		p.metrics.count(OutcomeStoreError)
-		log.Error("acquire returned an unknown outcome", slog.Any("outcome", acq.Outcome))
-		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
 	}
 
-	m.Token, m.FirstAt = acq.Claim.Token, acq.Claim.FirstAt
-	holder := acq.Claim.Holder()
+	c := acq.claim
+	m.Token, m.FirstAt = c.Token, c.FirstAt
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.count(OutcomeAcquired)
-	log.Debug("claim acquired", slog.Time("lease_until", l.until))
-	result, herr, lost := p.handle(ctx, log, m, holder, l)
+	log.Debug("claim acquired", slog.Time("lease_until", c.Until()))
+	result, herr, lost := p.handle(ctx, log, m, c, &l)
 	if lost {
 		p.metrics.count(OutcomeLeaseLost)
 		log.Warn("lease lost while handling: not completing, not acking")
 		return disposition{action: actLeave}
 	}
 	if herr == nil {
-		result, herr, err = p.finish(ctx, log, m, holder, result, &l)
+		result, herr, err = p.finish(ctx, m, c, result)
 	}
 	if herr == nil {
 		switch {
-		case errors.Is(err, claimstore.ErrLeaseLost):
+		case errors.Is(err, once.ErrLeaseLost):
 			p.metrics.count(OutcomeLeaseLost)
 			log.Warn("lease lost at completion: a later holder owns the key; not acking", slog.Any("error", err))
 			return disposition{action: actLeave}
@@ -208,11 +201,8 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	}
 
 	delay := max(p.schedule.delay(m.ReceiveCount), retryAfterOf(herr))
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	rerr := p.store.Release(rctx, claimstore.ReleaseParams{Holder: holder, LastError: herr.Error()})
-	cancel()
-	if rerr != nil {
-		if errors.Is(rerr, claimstore.ErrLeaseLost) {
+	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
+		if errors.Is(rerr, once.ErrLeaseLost) {
 			p.metrics.count(OutcomeLeaseLost)
 			log.Warn("lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
 			return disposition{action: actLeave}
@@ -221,7 +211,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		// then would find it held and be deferred, spending a receive.
 		p.metrics.count(OutcomeStoreError)
 		p.breaker.failure(storeDependency, rerr)
-		delay = max(delay, l.until.Sub(p.now())+p.deferSlack)
+		delay = max(delay, c.Until().Sub(p.now())+p.deferSlack)
 		log.Error("release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
 	}
 	if IsPermanent(herr) {
@@ -245,51 +235,99 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 // storeDependency names the claim store in breaker metrics and logs.
 const storeDependency = "claimstore"
 
+// acquisition is what claiming a message's key came to: a claim held by
+// this delivery (Acquired), the stored result of a completed key
+// (Duplicate), or why the delivery cannot have it.
+type acquisition struct {
+	outcome claimstore.Outcome
+	claim   *once.Claim          // Acquired
+	replay  once.Result          // Duplicate
+	held    *once.HeldError      // HeldElsewhere
+	reused  *once.KeyReusedError // KeyReused
+}
+
+// token is the fencing token of the claim the acquisition found.
+func (a acquisition) token() int64 {
+	switch a.outcome {
+	case claimstore.Acquired:
+		return a.claim.Token
+	case claimstore.Duplicate:
+		return a.replay.Token
+	case claimstore.HeldElsewhere:
+		return a.held.Token
+	}
+	return 0
+}
+
+// claimOptions are the once options a delivery holds its claim with: the
+// lease aligned with the message's visibility, renewed by extending it,
+// and a failing store held in process as the delivery's other steps are.
+func (p *processor) claimOptions(log *slog.Logger, m *Message, l *lease) once.Options {
+	o := once.Options{
+		Owner: p.owner, Fingerprint: m.Fingerprint, Retention: p.retention, Now: p.now,
+		StoreTimeout: storeCallTimeout,
+		RenewEvery:   -1, // no heartbeats (Lambda): the lease ends with the invocation
+		Renewed: func(r once.Renewal) {
+			switch {
+			case r.Expired:
+				log.Warn("lease expired before it was renewed; cancelling the handler", slog.Time("lease_until", r.Until))
+			case r.Lost:
+				log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", r.Err))
+			case r.Extended:
+				p.metrics.heartbeats.Inc()
+			case r.Err != nil:
+				log.Warn("heartbeat failed; will retry at the next heartbeat", slog.Any("error", r.Err))
+			}
+		},
+		Retry: func(ctx context.Context, _ string, try int, err error) bool {
+			p.breaker.failure(storeDependency, err)
+			return p.hold(context.WithoutCancel(ctx), log, l, try, storeDependency, err)
+		},
+	}
+	if l.extend != nil && l.interval > 0 {
+		o.RenewEvery, o.FirstRenewal, o.Extend = l.interval, l.renewAt, l.extend
+	}
+	return o
+}
+
 // acquire claims m's key, retrying a failing store in process while the
 // message can be held (its visibility extended meanwhile).
-func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (acq claimstore.Acquisition, err error) {
+func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (acq acquisition, err error) {
 	ctx, span := p.span(ctx, SpanAcquire)
-	defer func() { endAcquire(span, acq, err) }()
+	defer func() { endAcquire(span, acq.outcome, acq.token(), err) }()
+	o := p.claimOptions(log, m, l)
+	if l.acq == "" {
+		l.acq = claimstore.NewAcq()
+	}
+	o.Acq = l.acq
 	for try := 0; ; try++ {
-		now := p.now()
 		// The claim is worth nothing once the lease it would start has ended.
+		o.LeaseUntil = l.until
 		actx, cancel := context.WithDeadline(ctx, l.until)
-		if l.acq == "" {
-			l.acq = claimstore.NewAcq()
-		}
-		acq, err := p.store.Acquire(actx, claimstore.AcquireParams{
-			Key: m.Key, Owner: p.owner, Fingerprint: m.Fingerprint, Acq: l.acq, LeaseUntil: l.until, ExpiresAt: now.Add(p.retention),
-		})
+		c, replay, err := once.Acquire(actx, p.store, m.Key, o)
 		cancel()
-		if err == nil {
+		var held *once.HeldError
+		var reused *once.KeyReusedError
+		var serr *once.StoreError
+		switch {
+		case err == nil && c != nil:
 			p.breaker.recovered(storeDependency)
-		}
-		if err == nil || errors.Is(err, claimstore.ErrInvalidKey) || errors.Is(err, claimstore.ErrInvalidParams) {
-			return acq, err
+			return acquisition{outcome: claimstore.Acquired, claim: c}, nil
+		case err == nil:
+			p.breaker.recovered(storeDependency)
+			return acquisition{outcome: claimstore.Duplicate, replay: replay}, nil
+		case errors.As(err, &held):
+			p.breaker.recovered(storeDependency)
+			return acquisition{outcome: claimstore.HeldElsewhere, held: held}, nil
+		case errors.As(err, &reused):
+			p.breaker.recovered(storeDependency)
+			return acquisition{outcome: claimstore.KeyReused, reused: reused}, nil
+		case !errors.As(err, &serr):
+			return acquisition{}, err // an invalid key or parameters
 		}
 		p.breaker.failure(storeDependency, err)
 		if !p.hold(ctx, log, l, try, storeDependency, err) {
-			return acq, err
-		}
-	}
-}
-
-// complete completes the claim, retrying a failing store in process while
-// the message can be held: the work is done, and a redelivery would only
-// find the claim in progress and wait for its lease.
-func (p *processor) complete(ctx context.Context, log *slog.Logger, h claimstore.Holder, result string, l *lease) (err error) {
-	ctx, span := p.span(ctx, SpanComplete)
-	defer func() { endStep(span, err, errors.Is(err, claimstore.ErrLeaseLost)) }()
-	for try := 0; ; try++ {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-		err := p.store.Complete(cctx, claimstore.CompleteParams{Holder: h, Result: result, ExpiresAt: p.now().Add(p.retention)})
-		cancel()
-		if err == nil || errors.Is(err, claimstore.ErrLeaseLost) {
-			return err
-		}
-		p.breaker.failure(storeDependency, err)
-		if !p.hold(context.WithoutCancel(ctx), log, l, try, storeDependency, err) {
-			return err
+			return acquisition{}, err
 		}
 	}
 }
@@ -366,58 +404,32 @@ func (p *processor) holdDelay(try int) time.Duration {
 	return d
 }
 
-// handle runs the handler with heartbeats. lost reports that the lease was
-// lost while it ran, whatever the handler returned, or before it could start.
-func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, h claimstore.Holder, l lease) (result string, err error, lost bool) {
+// handle runs the handler while the claim is held and renewed. lost
+// reports that the lease was lost while it ran, whatever the handler
+// returned, or before it could start.
+func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c *once.Claim, l *lease) (result string, err error, lost bool) {
 	ctx, span := p.span(ctx, SpanHandle)
 	defer func() { endStep(span, err, lost) }()
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	if !l.deadline.IsZero() {
 		var stop context.CancelFunc
-		hctx, stop = context.WithDeadline(hctx, l.deadline)
+		ctx, stop = context.WithDeadline(ctx, l.deadline)
 		defer stop()
 	}
-	if l.extend != nil && l.interval > 0 {
-		leaseUntil, next := l.until, l.renewAt
-		if !p.now().Before(next) {
-			// Winning the claim took long (a slow or throttled store): renew
-			// now, before any work, rather than start on a lease about to end
-			// and throw the delivery away when it does. Nothing has acted, so
-			// a renew after the lease ended is safe: it fails if anyone took
-			// the claim over meanwhile.
-			until, err := p.beat(hctx, log, h, l, l.until)
-			switch {
-			case errors.Is(err, claimstore.ErrLeaseLost):
-				return "", nil, true
-			case err == nil && !until.IsZero():
-				leaseUntil = until
+	work := func(hctx context.Context) error {
+		for try := 0; ; try++ {
+			p.metrics.inFlight.Inc()
+			start := time.Now()
+			result, err = p.call(hctx, m)
+			p.metrics.handlerTime.Observe(time.Since(start).Seconds())
+			p.metrics.inFlight.Dec()
+			if err == nil || !p.holdHandler(hctx, log, l, try, err) {
+				return err
 			}
-			next = p.now().Add(l.interval)
-		}
-		if !p.now().Before(leaseUntil) {
-			log.Warn("lease ended before the handler started and could not be renewed", slog.Time("lease_until", leaseUntil))
-			return "", nil, true
-		}
-		done := make(chan struct{})
-		beat := make(chan struct{})
-		go func() {
-			defer close(beat)
-			p.heartbeat(hctx, log, h, l, leaseUntil, next, cancel, done)
-		}()
-		defer func() { close(done); <-beat }()
-	}
-
-	for try := 0; ; try++ {
-		p.metrics.inFlight.Inc()
-		start := time.Now()
-		result, err = p.call(hctx, m)
-		p.metrics.handlerTime.Observe(time.Since(start).Seconds())
-		p.metrics.inFlight.Dec()
-		if err == nil || !p.holdHandler(hctx, log, &l, try, err) {
-			return result, err, errors.Is(context.Cause(hctx), errLeaseLost)
 		}
 	}
+	lost = errors.Is(c.Hold(ctx, work), once.ErrLeaseLost) && c.Lost()
+	l.until = c.Until()
+	return result, err, lost
 }
 
 // holdHandler decides whether a handler's failure is retried in process,
@@ -438,82 +450,6 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
 		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
 	return p.sleep(ctx, l.stop, wait)
-}
-
-// heartbeat extends visibility and renews the claim, first at next and then
-// every interval, until done. It is also the lease's watchdog: if the lease
-// runs out before a renew extends it (the process was stalled, or the store
-// unreachable), the handler's context is cancelled at once, since a later
-// holder may already be doing the work.
-func (p *processor) heartbeat(ctx context.Context, log *slog.Logger, h claimstore.Holder, l lease, leaseUntil, next time.Time,
-	lose context.CancelCauseFunc, done <-chan struct{},
-) {
-	t := time.NewTimer(next.Sub(p.now()))
-	defer t.Stop()
-	expiry := time.NewTimer(leaseUntil.Sub(p.now()))
-	defer expiry.Stop()
-	expired := func() {
-		log.Warn("lease expired before it was renewed; cancelling the handler", slog.Time("lease_until", leaseUntil))
-		lose(errLeaseLost)
-	}
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-expiry.C:
-			expired()
-			return
-		case <-t.C:
-		}
-		if !p.now().Before(leaseUntil) {
-			expired()
-			return
-		}
-		until, err := p.beat(ctx, log, h, l, leaseUntil)
-		t.Reset(l.interval)
-		switch {
-		case errors.Is(err, claimstore.ErrLeaseLost):
-			lose(errLeaseLost)
-			return
-		case err == nil && !until.IsZero():
-			leaseUntil = until
-			expiry.Reset(leaseUntil.Sub(p.now()))
-		}
-	}
-}
-
-// beat extends the message's visibility and renews the claim to match. It
-// returns the lease's new end, or zero with a nil error when SQS's cap on
-// invisibility leaves nothing to extend. A failed visibility extension
-// skips the renew: the claim must not outlive the message's invisibility.
-// Both calls are bounded by leaseUntil, the lease's current end: a call that
-// hangs returns when the lease ends, so the watchdog always fires on time.
-func (p *processor) beat(ctx context.Context, log *slog.Logger, h claimstore.Holder, l lease, leaseUntil time.Time) (time.Time, error) {
-	ctx, cancel := context.WithDeadline(ctx, leaseUntil)
-	defer cancel()
-	until, err := l.extend(ctx)
-	if err != nil {
-		log.Warn("visibility extension failed", slog.Any("error", err))
-		return time.Time{}, err
-	}
-	if until.IsZero() {
-		return time.Time{}, nil
-	}
-	err = p.store.Renew(ctx, claimstore.RenewParams{Holder: h, LeaseUntil: until, ExpiresAt: p.now().Add(p.retention)})
-	switch {
-	case errors.Is(err, claimstore.ErrLeaseLost):
-		log.Warn("renew failed: lease lost; cancelling the handler", slog.Any("error", err))
-		return time.Time{}, err
-	case err != nil:
-		if ctx.Err() == nil {
-			log.Warn("renew failed; will retry at the next heartbeat", slog.Any("error", err))
-		}
-		return time.Time{}, err
-	}
-	p.metrics.heartbeats.Inc()
-	return until, nil
 }
 
 // panicError carries a recovered handler panic.

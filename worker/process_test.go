@@ -159,13 +159,18 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 	t.Parallel()
 	var f *fixture
 	f = newFixture(HandlerFunc(func(ctx context.Context, m *Message) (string, error) {
-		// Someone takes the claim over while we work (the clock goes back
-		// so that only the failed renew, not our own lease watchdog, can
-		// notice).
-		if err := f.takeOver(m.Key); err != nil {
+		// Someone takes the claim over while we work (an operator's
+		// force-release, then a redelivery's acquire), with the clock
+		// standing still so that only the failed renew, not our own lease
+		// watchdog, can notice.
+		if _, err := f.store.ForceRelease(ctx, m.Key); err != nil {
 			return "", err
 		}
-		f.clock.Advance(-time.Minute)
+		if _, err := f.store.Acquire(ctx, claimstore.AcquireParams{
+			Key: m.Key, Owner: "taker", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+		}); err != nil {
+			return "", err
+		}
 		<-ctx.Done()
 		return "late", nil
 	}))

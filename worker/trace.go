@@ -146,13 +146,13 @@ func endMessage(span trace.Span, m *Message, d disposition) {
 }
 
 // endAcquire ends an acquire span with its outcome.
-func endAcquire(span trace.Span, acq claimstore.Acquisition, err error) {
+func endAcquire(span trace.Span, outcome claimstore.Outcome, token int64, err error) {
 	if span.IsRecording() {
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		} else {
-			span.SetAttributes(attrOutcome.String(acq.Outcome.String()), attrToken.Int64(acq.Claim.Token))
+			span.SetAttributes(attrOutcome.String(outcome.String()), attrToken.Int64(token))
 		}
 	}
 	span.End()

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 )
 
 // Tx is what a handler commits with its claim's completion: its own writes,
@@ -53,20 +54,21 @@ func (m *Message) Commit(tx Tx) { m.tx = &tx }
 // the transaction cannot or must not be retried as it is: the writes are
 // refused (permanent), or a write's condition failed and tx.Rejected says to
 // release; then nothing was written and the claim is still held. Otherwise
-// err is the completion's error, as from complete, and result what the
-// claim was completed with.
-func (p *processor) finish(ctx context.Context, log *slog.Logger, m *Message, h claimstore.Holder, result string, l *lease) (string, error, error) {
+// err is the completion's error, as from once.Claim.Complete, and result
+// what the claim was completed with.
+func (p *processor) finish(ctx context.Context, m *Message, c *once.Claim, result string) (string, error, error) {
 	tx := m.tx
 	if tx == nil || tx.Writes == nil || tx.Writes.Len() == 0 {
-		return result, nil, p.complete(ctx, log, h, result, l)
+		return result, nil, p.complete(ctx, c, result, nil)
 	}
-	err := p.completeTx(ctx, log, h, result, tx.Writes, l)
+	err := p.complete(ctx, c, result, tx.Writes)
 	var wce *claimstore.WriteConditionError
 	switch {
 	case errors.Is(err, claimstore.ErrTxUnsupported), errors.Is(err, claimstore.ErrTxTooLarge), errors.Is(err, claimstore.ErrInvalidParams):
 		return result, Permanent("the handler's writes cannot be committed with the claim", err), nil
 	case errors.As(err, &wce):
-		log.Info("transaction cancelled by a condition of the handler's writes; nothing written", slog.Int("write", wce.Index))
+		p.log.Info("transaction cancelled by a condition of the handler's writes; nothing written",
+			slog.String("message_id", m.ID), slog.String("idempotency_key", m.Key), slog.Int64("token", c.Token), slog.Int("write", wce.Index))
 		if tx.Rejected == nil {
 			return result, err, nil
 		}
@@ -74,30 +76,22 @@ func (p *processor) finish(ctx context.Context, log *slog.Logger, m *Message, h 
 		if herr != nil {
 			return r, herr, nil
 		}
-		return r, nil, p.complete(ctx, log, h, r, l)
+		return r, nil, p.complete(ctx, c, r, nil)
 	}
 	return result, nil, err
 }
 
-// completeTx is complete with the handler's writes: a failing store is
-// retried in process while the message can be held. A cancelled
-// transaction wrote nothing, so any retry is safe; an applied one whose
-// answer was lost is recognized by the store as the holder's own.
-func (p *processor) completeTx(ctx context.Context, log *slog.Logger, h claimstore.Holder, result string, w claimstore.TxWrites, l *lease) error {
-	for try := 0; ; try++ {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-		err := claimstore.CompleteTx(cctx, p.store, claimstore.CompleteParams{Holder: h, Result: result, ExpiresAt: p.now().Add(p.retention)}, w)
-		cancel()
-		var wce *claimstore.WriteConditionError
-		if err == nil || errors.Is(err, claimstore.ErrLeaseLost) || errors.As(err, &wce) ||
-			errors.Is(err, claimstore.ErrTxUnsupported) || errors.Is(err, claimstore.ErrTxTooLarge) || errors.Is(err, claimstore.ErrInvalidParams) {
-			return err
-		}
-		p.breaker.failure(storeDependency, err)
-		if !p.hold(context.WithoutCancel(ctx), log, l, try, storeDependency, err) {
-			return err
-		}
+// complete completes the claim, with the handler's writes if there are
+// any; a failing store is retried in process while the message can be held
+// (the claim's Retry): the work is done, and a redelivery would only find
+// the claim in progress and wait for its lease.
+func (p *processor) complete(ctx context.Context, c *once.Claim, result string, w claimstore.TxWrites) (err error) {
+	ctx, span := p.span(ctx, SpanComplete)
+	defer func() { endStep(span, err, errors.Is(err, once.ErrLeaseLost)) }()
+	if w == nil {
+		return c.Complete(ctx, result)
 	}
+	return c.CompleteTx(ctx, result, w)
 }
 
 // rejected calls the handler's Rejected, turning a panic into an error that
