@@ -47,4 +47,20 @@
 // lease with another one (a message's visibility timeout, an invocation's
 // deadline); Options.Fingerprint says what the work is. Options.Now should
 // agree with the store's clock, which judges leases.
+//
+// # Step by step
+//
+// Run is four steps, exported for callers that hold a claim around work of
+// their own shape (the SQS worker does: it retries a handler in process
+// under one claim, and commits the handler's writes with the completion):
+//
+//	c, stored, err := once.Acquire(ctx, store, key, opts) // nil c: stored is the earlier result
+//	err = c.Hold(ctx, work)                               // renewed, watched; ErrLeaseLost if lost
+//	err = c.Complete(ctx, result)                         // or c.CompleteTx(ctx, result, writes)
+//	err = c.Release(ctx, reason)                          // after a failure
+//
+// Options.Acq keeps one acquisition id across a caller's retries of
+// Acquire, Options.Retry decides whether a failed completion is tried again
+// (the worker keeps the message invisible while it waits), and
+// Options.Renewed hears each renewal, for logs and metrics.
 package once

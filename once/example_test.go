@@ -83,3 +83,51 @@ func ExampleDo_errors() {
 	// retry: refunded on attempt 2 <nil>
 	// reused: true
 }
+
+// The steps of Run, for a caller that holds the claim around work of its own
+// shape: here, retrying a flaky call in process under one claim before
+// giving the key up.
+func ExampleAcquire() {
+	store := memory.New(memory.Config{})
+	ctx := context.Background()
+	c, stored, err := once.Acquire(ctx, store, "export-7", once.Options{Lease: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if c == nil { // completed before
+		fmt.Println("already done:", stored.Value)
+		return
+	}
+	export := func(try int) error { // times out once, then works
+		if try == 1 {
+			return errors.New("export timed out")
+		}
+		return nil
+	}
+	tries := 0
+	err = c.Hold(ctx, func(ctx context.Context) error { // ctx ends if the lease is lost
+		var err error
+		for tries = 1; tries <= 3 && ctx.Err() == nil; tries++ {
+			if err = export(tries); err == nil {
+				return nil
+			}
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, once.ErrLeaseLost):
+		return // another holder owns the key: touch nothing
+	case err != nil:
+		if rerr := c.Release(ctx, err.Error()); rerr != nil {
+			log.Print(rerr)
+		}
+		return
+	}
+	if err := c.Complete(ctx, fmt.Sprintf("exported after %d tries", tries)); err != nil {
+		log.Fatal(err)
+	}
+	_, again, _ := once.Acquire(ctx, store, "export-7", once.Options{})
+	fmt.Println(again.Value, "| replayed:", again.Replayed)
+	// Output:
+	// exported after 2 tries | replayed: true
+}

@@ -1,5 +1,8 @@
 // Package worker turns SQS's at-least-once delivery into exactly-once effects
-// for any handler, using the claim protocol of package claimstore.
+// for any handler, using the claim protocol of package claimstore through
+// package once (the worker holds each message's claim with once's Acquire,
+// Hold, Complete and Release, its lease aligned with the message's
+// visibility).
 //
 // For each message a Worker (long polling, in a container) or a Lambda (SQS
 // events) does the same steps:
