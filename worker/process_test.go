@@ -620,3 +620,41 @@ func TestBreaker(t *testing.T) {
 		t.Error("a nil breaker is open")
 	}
 }
+
+// failingRelease is a claim store whose Release fails, as in an outage.
+type failingRelease struct{ claimstore.Store }
+
+func (failingRelease) Release(context.Context, claimstore.ReleaseParams) error {
+	return errors.New("store unavailable")
+}
+
+// TestFailedReleaseWaitsForTheRenewedLease: a handler that ran past its
+// first lease (heartbeats renewed it) fails, and the release fails too: the
+// retry must wait for the lease as renewed, not as first granted, or it
+// comes back while the claim is still held and is deferred, spending a
+// receive.
+func TestFailedReleaseWaitsForTheRenewedLease(t *testing.T) {
+	t.Parallel()
+	var f *fixture
+	var extends *atomic.Int32
+	f = newFixture(HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+		f.clock.Advance(20 * time.Second)
+		n := extends.Load()
+		for extends.Load() < n+2 && ctx.Err() == nil { // a renewal at +20s, finished
+			time.Sleep(time.Millisecond)
+		}
+		f.clock.Advance(20 * time.Second) // +40s: past the first lease's end (+30s)
+		return "", errors.New("provider unavailable")
+	}))
+	f.p.store = failingRelease{f.store}
+	var l lease
+	l, extends = f.heartbeatLease()
+	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+	c, err := f.store.Get(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait := c.LeaseUntil.Sub(f.clock.Now()); d.action != actRetry || d.delay < wait {
+		t.Fatalf("%v in %s, want a retry no sooner than the renewed lease's end, %s away", d.action, d.delay, wait)
+	}
+}
