@@ -197,8 +197,17 @@ func benchDrain(b *testing.B, cfg worker.Config, n int, counter *awsreq.Counter,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	stuck := time.NewTimer(time.Minute)
+	defer stuck.Stop()
 	for i := range n {
-		<-handled
+		select {
+		case <-handled:
+			stuck.Reset(time.Minute)
+		case <-stuck.C:
+			cancel()
+			b.Fatalf("%d of %d messages handled, then none for a minute (outcomes: %d lease lost, %d store errors)",
+				i, n, cfg.Metrics.Count(worker.OutcomeLeaseLost), cfg.Metrics.Count(worker.OutcomeStoreError))
+		}
 		if each != nil {
 			each(i)
 		}
@@ -351,7 +360,10 @@ func strPtr(s string) *string { return &s }
 type nopStore struct{}
 
 func (nopStore) Acquire(_ context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
-	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: claimstore.Claim{Key: p.Key, Token: 1, Acq: "nop"}}, nil
+	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: claimstore.Claim{
+		Key: p.Key, Status: claimstore.StatusInProgress, Token: 1, Acq: "nop", Attempts: 1,
+		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Owner: p.Owner, Fingerprint: p.Fingerprint,
+	}}, nil
 }
 func (nopStore) Renew(context.Context, claimstore.RenewParams) error       { return nil }
 func (nopStore) Complete(context.Context, claimstore.CompleteParams) error { return nil }

@@ -327,6 +327,9 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	default:
 		return nil, Result{}, &StoreError{Op: "acquire", Err: fmt.Errorf("unknown outcome %v", acq.Outcome)}
 	}
+	if c.LeaseUntil.IsZero() {
+		c.LeaseUntil = leaseUntil // a store that does not echo the lease: the one asked for
+	}
 	return &Claim{
 		Call:  Call{Key: key, Token: c.Token, FirstAt: c.FirstAt, Attempt: c.Attempts},
 		store: store, o: o, h: c.Holder(), until: c.LeaseUntil,
@@ -408,6 +411,18 @@ func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) 
 	if !c.o.Now().Before(c.until) {
 		c.expire(cancel)
 		return c.lostErr()
+	}
+	if c.o.RenewEvery < 0 {
+		// Nothing to renew: the lease's end is the work's deadline, and no
+		// goroutine needs to watch it.
+		dctx, stop := context.WithTimeoutCause(wctx, c.until.Sub(c.o.Now()), ErrLeaseLost)
+		defer stop()
+		err := work(dctx)
+		if errors.Is(context.Cause(dctx), ErrLeaseLost) {
+			c.expire(cancel)
+			return c.lostErr()
+		}
+		return err
 	}
 	done := make(chan struct{})
 	beat := make(chan struct{})

@@ -259,6 +259,25 @@ func (a acquisition) token() int64 {
 	return 0
 }
 
+// refused turns once's answers for a key the delivery cannot have (held
+// elsewhere, reused) into an acquisition.
+func refused(err error) (acquisition, bool) {
+	var held *once.HeldError
+	if errors.As(err, &held) {
+		return acquisition{outcome: claimstore.HeldElsewhere, held: held}, true
+	}
+	var reused *once.KeyReusedError
+	if errors.As(err, &reused) {
+		return acquisition{outcome: claimstore.KeyReused, reused: reused}, true
+	}
+	return acquisition{}, false
+}
+
+func isStoreError(err error) bool {
+	var serr *once.StoreError
+	return errors.As(err, &serr)
+}
+
 // claimOptions are the once options a delivery holds its claim with: the
 // lease aligned with the message's visibility, renewed by extending it,
 // and a failing store held in process as the delivery's other steps are.
@@ -306,9 +325,6 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 		actx, cancel := context.WithDeadline(ctx, l.until)
 		c, replay, err := once.Acquire(actx, p.store, m.Key, o)
 		cancel()
-		var held *once.HeldError
-		var reused *once.KeyReusedError
-		var serr *once.StoreError
 		switch {
 		case err == nil && c != nil:
 			p.breaker.recovered(storeDependency)
@@ -316,13 +332,12 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 		case err == nil:
 			p.breaker.recovered(storeDependency)
 			return acquisition{outcome: claimstore.Duplicate, replay: replay}, nil
-		case errors.As(err, &held):
-			p.breaker.recovered(storeDependency)
-			return acquisition{outcome: claimstore.HeldElsewhere, held: held}, nil
-		case errors.As(err, &reused):
-			p.breaker.recovered(storeDependency)
-			return acquisition{outcome: claimstore.KeyReused, reused: reused}, nil
-		case !errors.As(err, &serr):
+		}
+		if a, ok := refused(err); ok {
+			p.breaker.recovered(storeDependency) // the store answered
+			return a, nil
+		}
+		if !isStoreError(err) {
 			return acquisition{}, err // an invalid key or parameters
 		}
 		p.breaker.failure(storeDependency, err)
