@@ -76,11 +76,18 @@ func TestProviderFaults(t *testing.T) {
 	e.assertNoDeadLetters()
 }
 
-// TestCrash kills one of three workers with SIGKILL again and again while
-// messages flow, restarting it each time. Each victim dies a random moment
-// (up to 1.5 s) after it completed its first payment, so it dies holding
-// claims in flight; the others take them over once the leases end (token
-// +1), and every payment is charged once, none dead-lettered.
+// TestCrash kills one of three workers with SIGKILL, up to six times while
+// messages flow, restarting it each time; the others take the claims it held
+// over once the leases end (token +1), and every payment is charged once,
+// none dead-lettered.
+//
+// Every other victim dies within 100 ms of acquiring its first claim, in the
+// middle of that claim's 250 ms provider call, so at least those kills leave
+// a claim to take over. The rest die a random moment (up to 1.5 s) after
+// their first completion, which lands anywhere: in a handler, between the
+// provider's answer and the completion, between the completion and the
+// delete. A kill timed only at random once landed, on a fast run, outside
+// every handler four times out of four.
 //
 // Each kill costs the messages the victim held one of the queue's five
 // receives, and with a 3 s visibility a claim must be taken within 3 s of
@@ -93,7 +100,7 @@ func TestCrash(t *testing.T) {
 	// of its receipt, which the outage and FIFO tests running beside it
 	// (make test runs four at a time) can make the emulator miss. Go runs
 	// the tests that are not parallel first, one at a time.
-	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 20 * time.Millisecond}})
+	e := newEnv(t, envOptions{visibility: 3 * time.Second, fake: fakeprovider.Config{Latency: 250 * time.Millisecond}})
 	ps := payments("crash", 300)
 	e.sendPayments(ps)
 	// Debug logs record each claim's lease, so a failure shows every
@@ -102,18 +109,25 @@ func TestCrash(t *testing.T) {
 	opts := workerOptions{concurrency: 8, extraEnv: debug}
 	e.start("steady-1", opts)
 	e.start("steady-2", opts)
+	// Six kills at most: each one costs the messages the victim held a
+	// receive, and more, on a fast run, brought a message to its fifth.
+	const maxKills = 6
 	kills := 0
 	deadline := time.Now().Add(3 * time.Minute)
 	drained := func() bool { return e.queueDepth(e.queueURL) == 0 }
-	for !drained() && time.Now().Before(deadline) {
+	for kills < maxKills && !drained() && time.Now().Before(deadline) {
 		victim := e.start(fmt.Sprintf("victim-%d", kills), workerOptions{concurrency: 4, extraEnv: debug})
-		for i := 1; victim.logCount("completed") == 0 && time.Now().Before(deadline); i++ {
-			if i%20 == 0 && drained() {
+		wait, poll, pause := "completed", 50*time.Millisecond, time.Duration(rand.IntN(1500))*time.Millisecond
+		if kills%2 == 0 { // in the middle of a provider call
+			wait, poll, pause = "claim acquired", 10*time.Millisecond, time.Duration(rand.IntN(100))*time.Millisecond
+		}
+		for i := 1; victim.logCount(wait) == 0 && time.Now().Before(deadline); i++ {
+			if i%(int(time.Second/poll)) == 0 && drained() {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(poll)
 		}
-		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
+		time.Sleep(pause)
 		victim.kill()
 		kills++
 	}
