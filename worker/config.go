@@ -95,7 +95,10 @@ type Config struct {
 	// the producer's trace as parent when the message carries a traceparent
 	// attribute (see SpanMessage). Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
-	// Now is the clock. Defaults to time.Now.
+	// Now is the clock every protocol step reads: lease ends, backoffs,
+	// takeover decisions, the claims' lease_until, expires_at and first_at
+	// (the claim store reads its own Config.Now). Tests, a simulator and the
+	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
 }
 

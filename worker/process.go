@@ -433,9 +433,9 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 	work := func(hctx context.Context) error {
 		for try := 0; ; try++ {
 			p.metrics.inFlight.Inc()
-			start := time.Now()
+			start := p.now()
 			result, err = p.call(hctx, m)
-			p.metrics.handlerTime.Observe(time.Since(start).Seconds())
+			p.metrics.handlerTime.Observe(p.now().Sub(start).Seconds())
 			p.metrics.inFlight.Dec()
 			if err == nil || !p.holdHandler(hctx, log, l, try, err) {
 				return err

@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
 	proc := cfg.processor(log, q)
-	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log)
+	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log, cfg.Now)
 	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
 			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
