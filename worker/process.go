@@ -200,7 +200,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		return disposition{action: actAck}
 	}
 
-	delay := max(p.schedule.delay(m.ReceiveCount), retryAfterOf(herr))
+	delay := max(p.schedule.delay(failures(m, c)), retryAfterOf(herr))
 	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
 		if errors.Is(rerr, once.ErrLeaseLost) {
 			p.metrics.count(OutcomeLeaseLost)
@@ -230,6 +230,19 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
 	}
 	return disposition{action: actRetry, delay: delay}
+}
+
+// failures is which failure of m's key this one is, for its backoff: the
+// claim's attempts (acquisitions of the key), not more than the message's
+// receives. A FIFO message returned unstarted behind a failed one of its
+// group is received again without being tried; its receive count grows
+// with the failures of the messages in front of it, its attempts do not.
+func failures(m *Message, c *once.Claim) int {
+	n := m.ReceiveCount
+	if a := int(min(c.Attempt, int64(n))); a >= 1 {
+		n = a
+	}
+	return n
 }
 
 // storeDependency names the claim store in breaker metrics and logs.

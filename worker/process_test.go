@@ -684,3 +684,46 @@ func TestProtocolReadsTheInjectedClock(t *testing.T) {
 		t.Errorf("ExpiresAt = %v, want about %v (from the injected clock)", c.ExpiresAt, want)
 	}
 }
+
+// TestBackoffFollowsTheMessagesOwnFailures: a FIFO message returned unstarted
+// behind others of its group comes back with a receive count grown by their
+// failures; its first failure is still its first, and the claim says so.
+func TestBackoffFollowsTheMessagesOwnFailures(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name         string
+		receiveCount int
+		earlier      int // failed attempts of the key before this one
+		want         int // the failure the delay is scheduled for
+	}{
+		{"first failure behind four returns", 5, 0, 1},
+		{"third failure, receives match", 3, 2, 3},
+		{"second failure behind returns", 7, 1, 2},
+		{"attempts beyond receives (another copy of the key)", 2, 4, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+				return "", errors.New("provider unavailable")
+			}))
+			for range tc.earlier {
+				a, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+					Key: "m1", Owner: "earlier", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+				})
+				if err != nil || a.Outcome != claimstore.Acquired {
+					t.Fatalf("earlier attempt: %v %v", a.Outcome, err)
+				}
+				if err := f.store.Release(context.Background(), claimstore.ReleaseParams{Holder: a.Claim.Holder(), LastError: "earlier"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: tc.receiveCount}, f.lease())
+			lo := f.p.schedule.delays[tc.want-1]
+			if d.action != actRetry || d.delay < lo || d.delay > lo+lo/4 {
+				t.Errorf("disposition %v after %s, want retry after %s (the failure %d's delay, up to a quarter more)",
+					d.action, d.delay, lo, tc.want)
+			}
+		})
+	}
+}
