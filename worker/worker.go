@@ -79,6 +79,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
 			slog.Duration("outage_cover", cfg.OutageCover))
 	}
+	warnFIFOReceives(q, log)
 	return &Worker{
 		cfg:   cfg,
 		queue: q,
