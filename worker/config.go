@@ -95,6 +95,12 @@ type Config struct {
 	// the producer's trace as parent when the message carries a traceparent
 	// attribute (see SpanMessage). Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
+	// ClockSkewMax is the largest offset of this process's clock from AWS's
+	// (measured from the Date of SQS's answers) at which the worker claims
+	// messages; beyond it the worker claims nothing, and /readyz answers 503,
+	// until the clock agrees again. It must be less than LeaseMargin, which
+	// covers it. Negative: no check. Defaults to half of LeaseMargin.
+	ClockSkewMax time.Duration
 	// Now is the clock every protocol step reads: lease ends, backoffs,
 	// takeover decisions, the claims' lease_until, expires_at and first_at
 	// (the claim store reads its own Config.Now). Tests, a simulator and the
@@ -165,6 +171,9 @@ func (c *Config) setQueueDefaults(q QueueInfo) {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.VisibilityTimeout / 3
 	}
+	if c.ClockSkewMax == 0 {
+		c.ClockSkewMax = c.LeaseMargin / 2
+	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention(q)
 	}
@@ -231,6 +240,9 @@ func (c *Config) validateLease() error {
 	}
 	if c.LeaseMargin >= v {
 		errs = append(errs, fmt.Errorf("LeaseMargin %s: must be shorter than VisibilityTimeout %s", c.LeaseMargin, v))
+	}
+	if c.ClockSkewMax >= c.LeaseMargin {
+		errs = append(errs, fmt.Errorf("ClockSkewMax %s: must be less than LeaseMargin %s, which covers it", c.ClockSkewMax, c.LeaseMargin))
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= v-c.LeaseMargin {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval %s: must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", c.HeartbeatInterval, v-c.LeaseMargin))

@@ -115,7 +115,8 @@ type processor struct {
 	minBackoff time.Duration // first in-process retry's delay
 	maxHold    time.Duration // longest delay between in-process retries
 	deferSlack time.Duration
-	breaker    *breaker // nil: none (Lambda)
+	breaker    *breaker   // nil: none (Lambda)
+	skew       *clockSkew // nil: no clock check
 	metrics    *Metrics
 	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
@@ -133,6 +134,12 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	}
 	log = log.With(slog.String("idempotency_key", m.Key))
 
+	if err := p.skew.err(); err != nil {
+		// Logged once when it began (clockSkew.observe); claim nothing.
+		p.metrics.count(OutcomeClockSkew)
+		log.Debug("not claiming: clock skew; returning the message", slog.Any("error", err))
+		return disposition{action: actRetry, delay: skewRetryDelay}
+	}
 	now := p.now()
 	if !l.until.After(now) {
 		// The message sat too long before processing: its lease would already

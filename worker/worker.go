@@ -72,15 +72,18 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
+	skew := newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
+	cfg.SQS = skew.measure(cfg.SQS)
 	proc := cfg.processor(log, q)
 	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log, cfg.Now)
+	proc.skew = skew
 	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
 			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
 			slog.Duration("outage_cover", cfg.OutageCover))
 	}
 	warnFIFOReceives(q, log)
-	return &Worker{
+	w := &Worker{
 		cfg:   cfg,
 		queue: q,
 		log:   log,
@@ -88,13 +91,36 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		stop:  make(chan struct{}),
 		probe: make(chan struct{}, 1),
 		proc:  proc,
-	}, nil
+	}
+	w.remeasure(ctx) // before the first receive: a long poll bounds the offset only loosely
+	return w, nil
+}
+
+// remeasure makes a short SQS call, whose answer's Date the clock check
+// measures. A failure is left to the receives to report.
+func (w *Worker) remeasure(ctx context.Context) {
+	if w.proc.skew == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(w.cfg.QueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Debug("measuring the clock offset failed", slog.Any("error", err))
+	}
 }
 
 // Health returns nil while the worker receives normally, and an error
 // naming the dependency and its last failure while the breaker is open
-// (pollers then receive one probe message at a time). /readyz reports it.
+// (pollers then receive one probe message at a time), or while this clock
+// is off AWS's by more than ClockSkewMax (the worker then claims nothing).
+// /readyz reports it.
 func (w *Worker) Health() error {
+	if err := w.proc.skew.err(); err != nil {
+		return err
+	}
 	if open, dep, reason := w.proc.breaker.state(); open {
 		return fmt.Errorf("breaker open: %s keeps failing: %s", dep, reason)
 	}
@@ -138,6 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
 		slog.Duration("visibility_timeout", w.cfg.VisibilityTimeout), slog.Duration("retention", w.cfg.Retention),
+		slog.Duration("clock_skew_max", w.cfg.ClockSkewMax),
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
@@ -199,6 +226,16 @@ func (p *pool) give(n int) {
 // breaker is open it receives one probe message at a time instead.
 func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *sync.WaitGroup, del *deleter) {
 	for {
+		if skewed, _ := w.proc.skew.state(); skewed {
+			// Claim nothing: leave the messages in the queue, and measure
+			// again until the clock agrees.
+			sleepCtx(ctx, skewRecheck)
+			if ctx.Err() != nil {
+				return
+			}
+			w.remeasure(ctx)
+			continue
+		}
 		n, probe := batch, false
 		if open, _, _ := w.proc.breaker.state(); open {
 			select {
