@@ -48,8 +48,12 @@ type Config struct {
 	// Retention is how long completed keys are remembered. It must be at
 	// least the queue's retention. Defaults to DefaultRetention.
 	Retention time.Duration
-	// ShutdownTimeout is how long Run waits, after its context ends, for
-	// in-flight messages; then their contexts are cancelled. Defaults to 30s.
+	// ShutdownTimeout bounds how long Run takes to return after its context
+	// ends, whatever the handlers do: it waits for in-flight messages, then
+	// (a quarter of the timeout, at most 10s, before the end) cancels their
+	// contexts so they release their claims, and at the end abandons any
+	// handler that ignores its cancelled context, logging its message id
+	// (the message reappears when its visibility ends). Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// MinRetryBackoff is the delay before the first retry of a failed
 	// step, in process or through the queue. Defaults to 1s.
