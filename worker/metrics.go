@@ -40,6 +40,8 @@ type Metrics struct {
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpens  prometheus.Counter
 	fifoBlocked   *prometheus.CounterVec
+	// resultsNotStored counts claims completed without their result.
+	resultsNotStored prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -89,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_fifo_groups_blocked_total",
 			Help: "FIFO message groups stopped by a message that was not done, by cause (held_elsewhere: its key is held by another consumer, and the group waits for that holder; failed; lease_lost; dead_letter_failed; stopping). The group's later messages of the delivery were returned or reported unstarted.",
 		}, []string{"cause"}),
+		resultsNotStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_results_not_stored_total",
+			Help: "Claims completed without their handler's result because it was too large to store (claimstore.MaxResultBytes): the work is done once, and duplicates are acked without the result.",
+		}),
 	}
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
@@ -102,10 +108,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.resultsNotStored}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }
+
+// ResultsNotStored returns how many claims were completed without their
+// result because it was too large to store.
+func (m *Metrics) ResultsNotStored() int64 { return int64(counterValue(m.resultsNotStored)) }
 
 // Count returns the number of messages counted with outcome, for tests and
 // the benchmark.
