@@ -133,7 +133,7 @@ func TestClaimsCommands(t *testing.T) {
 	got := e.getClaim(withPrefix, stuck.PaymentID)
 	row := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID))
 	for k, want := range map[string]any{
-		"key": "pay_stuck", "stored_key": "ops#pay_stuck", "status": "IN_PROGRESS", "token": 1.0, "acq": a.Claim.Acq,
+		"key": "pay_stuck", "stored_key": claimstore.StoredKey(prefix, "pay_stuck"), "status": "IN_PROGRESS", "token": 1.0, "acq": a.Claim.Acq,
 		"owner": "dead-host/1", "attempts": 1.0, "lease_until_ms": json.Number(row["lease_until"]),
 		"expires_at_s": json.Number(row["expires_at"]), "first_at_ms": json.Number(row["first_at"]),
 		"lease_until": a.Claim.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
