@@ -23,10 +23,12 @@ type Admin interface {
 	// Get returns the claim for key, as Store.Get does.
 	Get(ctx context.Context, key string) (Claim, error)
 
-	// ForceRelease sets an IN_PROGRESS claim RELEASED, keeping its token, so
-	// that the next delivery takes it over at once instead of waiting for
-	// the lease to end. A holder that is still working then fails its
-	// Renew, Complete or Release with ErrLeaseLost.
+	// ForceRelease sets an IN_PROGRESS claim RELEASED with a new
+	// acquisition id, keeping its token, so that the next delivery takes it
+	// over at once instead of waiting for the lease to end. A holder that is
+	// still working then fails its Renew, Complete or Release with
+	// ErrLeaseLost, and an Acquire retried with the old id takes the row
+	// over rather than find it as its own.
 	ForceRelease(ctx context.Context, key string) (Claim, error)
 
 	// ForceComplete marks an IN_PROGRESS or RELEASED claim COMPLETED with
@@ -64,6 +66,9 @@ func (p ForceCompleteParams) Check(prefix string) error {
 	}
 	if p.ExpiresAt.IsZero() {
 		errs = append(errs, errors.New("ExpiresAt is required"))
+	}
+	if err := CheckResult(p.Result); err != nil {
+		return err
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: force complete: %w", ErrInvalidParams, errors.Join(errs...))

@@ -3,16 +3,55 @@ package claimstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// MaxKeyBytes is the longest key, prefix included, a store accepts: DynamoDB's
-// limit for a partition key.
+// MaxKeyBytes is the longest key, prefix and separator included, a store
+// accepts: DynamoDB's limit for a partition key.
 const MaxKeyBytes = 2048
+
+// KeySeparator stands between a store's key prefix and a key in the stored
+// key (StoredKey). Neither keys nor prefixes may contain it, so keys of
+// different prefixes never meet: prefixes "pay" and "payout" store key
+// "out1" and key "1" as "pay\x1fout1" and "payout\x1f1". It is the ASCII
+// unit separator, U+001F.
+const KeySeparator = "\x1f"
+
+// StoredKey is key as a store with prefix stores it: the key alone without
+// a prefix (the layout of a table without prefixes is unchanged), else
+// prefix, KeySeparator, key.
+func StoredKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + KeySeparator + key
+}
+
+// MaxItemBytes is the largest row a store writes, every attribute's name
+// and value counted: DynamoDB's item limit, 400 KB. Every store checks the
+// same limits, so a result that one stores, all store.
+const MaxItemBytes = 400 * 1024
+
+// MaxFingerprintBytes and MaxOwnerBytes bound AcquireParams.Fingerprint and
+// AcquireParams.Owner, so that a row's attributes other than its result
+// have a known most (see MaxResultBytes).
+const (
+	MaxFingerprintBytes = 1024
+	MaxOwnerBytes       = 1024
+)
+
+// MaxResultBytes is the longest result a Complete stores: MaxItemBytes less
+// 16 KiB kept for the row's other attributes at their longest (the key with
+// its prefix, owner, fingerprint, last error, attribute names, numbers). A
+// longer result fails with ErrResultTooLarge and nothing is written.
+const MaxResultBytes = MaxItemBytes - 16*1024
 
 // Status is the state of a claim.
 type Status string
@@ -221,15 +260,62 @@ var (
 	ErrInvalidKey = errors.New("claimstore: invalid key")
 	// ErrInvalidParams means an operation's parameters are inconsistent.
 	ErrInvalidParams = errors.New("claimstore: invalid parameters")
+	// ErrResultTooLarge means a Complete's result is longer than
+	// MaxResultBytes, or the backend refused it as invalid (DynamoDB's
+	// ValidationException): nothing was written, the claim is still held,
+	// and no retry can store it. The holder completes the claim with
+	// OmittedResult instead, so the work is never done again.
+	ErrResultTooLarge = errors.New("claimstore: result too large to store")
 )
 
-// CheckKey validates key with the store's prefix against MaxKeyBytes. Stores
-// call it first, so every backend rejects the same keys.
+// omittedPrefix starts OmittedResult's marker; the NUL keeps it apart from
+// any result a caller means.
+const omittedPrefix = "\x00claimfirst:result-not-stored:"
+
+// OmittedResult is the result a claim completes with when result itself
+// cannot be stored (ErrResultTooLarge): a marker that says so, with
+// result's size and SHA-256, which ParseOmittedResult reads back.
+func OmittedResult(result string) string {
+	sum := sha256.Sum256([]byte(result))
+	return omittedPrefix + strconv.Itoa(len(result)) + ":" + hex.EncodeToString(sum[:])
+}
+
+// ParseOmittedResult reports whether stored is an OmittedResult marker, and
+// if so the omitted result's size in bytes and hex SHA-256.
+func ParseOmittedResult(stored string) (size int, sha256Hex string, ok bool) {
+	rest, ok := strings.CutPrefix(stored, omittedPrefix)
+	if !ok {
+		return 0, "", false
+	}
+	n, sum, ok := strings.Cut(rest, ":")
+	if !ok {
+		return 0, "", false
+	}
+	size, err := strconv.Atoi(n)
+	if err != nil {
+		return 0, "", false
+	}
+	return size, sum, true
+}
+
+// CheckKey validates key with the store's prefix: not empty, without
+// KeySeparator (nor the prefix), at most MaxKeyBytes as stored. Stores call
+// it first, so every backend rejects the same keys.
 func CheckKey(prefix, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
-	if n := len(prefix) + len(key); n > MaxKeyBytes {
+	if strings.Contains(key, KeySeparator) {
+		return fmt.Errorf("%w: contains the key separator U+001F", ErrInvalidKey)
+	}
+	if strings.Contains(prefix, KeySeparator) {
+		return fmt.Errorf("%w: the store's key prefix contains the key separator U+001F", ErrInvalidKey)
+	}
+	n := len(key)
+	if prefix != "" {
+		n += len(prefix) + len(KeySeparator)
+	}
+	if n > MaxKeyBytes {
 		return fmt.Errorf("%w: %d bytes with prefix, more than %d", ErrInvalidKey, n, MaxKeyBytes)
 	}
 	return nil
@@ -246,6 +332,12 @@ func (p AcquireParams) Check(prefix string, now time.Time) error {
 	}
 	if p.ExpiresAt.Before(p.LeaseUntil) {
 		errs = append(errs, errors.New("ExpiresAt must not be before LeaseUntil"))
+	}
+	if len(p.Fingerprint) > MaxFingerprintBytes {
+		errs = append(errs, fmt.Errorf("Fingerprint is %d bytes, more than %d", len(p.Fingerprint), MaxFingerprintBytes))
+	}
+	if len(p.Owner) > MaxOwnerBytes {
+		errs = append(errs, fmt.Errorf("Owner is %d bytes, more than %d", len(p.Owner), MaxOwnerBytes))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: acquire: %w", ErrInvalidParams, errors.Join(errs...))
@@ -290,6 +382,15 @@ func (p CompleteParams) Check(prefix string) error {
 	if p.ExpiresAt.IsZero() {
 		return fmt.Errorf("%w: complete: ExpiresAt is required", ErrInvalidParams)
 	}
+	return CheckResult(p.Result)
+}
+
+// CheckResult fails with ErrResultTooLarge if result is longer than
+// MaxResultBytes. Complete and ForceComplete check it before writing.
+func CheckResult(result string) error {
+	if len(result) > MaxResultBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrResultTooLarge, len(result), MaxResultBytes)
+	}
 	return nil
 }
 
@@ -332,9 +433,12 @@ func (c Claim) Live(now time.Time) bool {
 // Decide says what an Acquire with p at now does on finding the row c: its own
 // earlier write (Acquired), a takeover (Acquired with take true), or an
 // outcome that blocks it. Every store decides with it, so that they agree.
+// A row is the caller's own only if it carries p.Acq in the state an
+// Acquire leaves (in progress): an operator's repair gives a row a new acq,
+// but a row released or completed with the caller's acq is not its acquire.
 func (c Claim) Decide(p AcquireParams, now time.Time) (o Outcome, take bool) {
 	switch {
-	case p.Acq != "" && c.Acq == p.Acq:
+	case p.Acq != "" && c.Acq == p.Acq && c.Status == StatusInProgress:
 		return Acquired, false
 	case !c.Live(now):
 		return Acquired, true
@@ -348,11 +452,16 @@ func (c Claim) Decide(p AcquireParams, now time.Time) (o Outcome, take bool) {
 }
 
 // Takeover returns the row an Acquire with p at now writes over c: the
-// token incremented, a new acquisition, first_at kept unless c had expired
-// (an expired row counts as absent, so the key starts afresh).
+// token incremented, a new acquisition, first_at kept. An expired completed
+// row counts as absent, so the key starts afresh; an expired row that was
+// never completed (released, or in progress) keeps its first_at, since a
+// downstream service may have seen the key since then.
 func (c Claim) Takeover(p AcquireParams, now time.Time) Claim {
 	n := NewClaim(p, now)
 	n.Token = c.Token + 1
+	if c.Status != StatusCompleted && !c.FirstAt.IsZero() {
+		n.FirstAt = c.FirstAt
+	}
 	if c.Live(now) {
 		n.Attempts = c.Attempts + 1
 		if !c.FirstAt.IsZero() {

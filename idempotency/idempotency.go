@@ -346,6 +346,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		switch {
 		case errors.As(err, &se):
 			m.observe(r, Released)
+		case errors.Is(err, once.ErrResultTooLarge):
+			m.observe(r, Executed)
+			log.Warn("response too large to store with its headers: repeats of the key will get 500", slog.Any("error", err))
 		case errors.Is(err, once.ErrLeaseLost):
 			m.observe(r, LeaseLost)
 			log.Warn("lease lost while the handler ran: its response was not stored", slog.Any("error", err))
@@ -363,6 +366,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	case errors.As(err, &reused):
 		m.reject(w, r, Rejection{Status: http.StatusUnprocessableEntity, Outcome: Mismatch,
 			Detail: "this " + m.o.Header + " was used with a different request"})
+	case errors.Is(err, once.ErrResultTooLarge):
+		m.reject(w, r, Rejection{Status: http.StatusInternalServerError, Outcome: NotReplayable,
+			Detail: "the request with this " + m.o.Header + " was processed, but its response was too large to store and cannot be replayed"})
 	case errors.Is(err, claimstore.ErrInvalidKey):
 		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: "the " + m.o.Header + " is too long"})
 	default:

@@ -131,9 +131,9 @@ func TestClaimsCommands(t *testing.T) {
 		t.Fatalf("acquire: %v %v", a.Outcome, err)
 	}
 	got := e.getClaim(withPrefix, stuck.PaymentID)
-	row := e.claim(prefix + stuck.PaymentID)
+	row := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID))
 	for k, want := range map[string]any{
-		"key": "pay_stuck", "stored_key": "ops#pay_stuck", "status": "IN_PROGRESS", "token": 1.0, "acq": a.Claim.Acq,
+		"key": "pay_stuck", "stored_key": claimstore.StoredKey(prefix, "pay_stuck"), "status": "IN_PROGRESS", "token": 1.0, "acq": a.Claim.Acq,
 		"owner": "dead-host/1", "attempts": 1.0, "lease_until_ms": json.Number(row["lease_until"]),
 		"expires_at_s": json.Number(row["expires_at"]), "first_at_ms": json.Number(row["first_at"]),
 		"lease_until": a.Claim.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
@@ -152,7 +152,7 @@ func TestClaimsCommands(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "refusing without -yes") {
 		t.Fatalf("claims release without -yes: exit %d, stderr %q; want 2, refusing", code, stderr)
 	}
-	if r := e.claim(prefix + stuck.PaymentID); r["status"] != "IN_PROGRESS" {
+	if r := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID)); r["status"] != "IN_PROGRESS" {
 		t.Fatalf("refused release changed the row: %v", r)
 	}
 	out := e.mustCommand(withPrefix, "claims", "release", stuck.PaymentID, "-yes")
@@ -186,7 +186,7 @@ func TestClaimsCommands(t *testing.T) {
 	w := e.start("w1", workerOptions{extraEnv: withPrefix})
 	e.sendPayments([]provider.Payment{stuck, recon})
 	e.waitDrained(30 * time.Second)
-	if r := e.claim(prefix + stuck.PaymentID); r["status"] != "COMPLETED" || r["token"] != "2" {
+	if r := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID)); r["status"] != "COMPLETED" || r["token"] != "2" {
 		t.Errorf("pay_stuck after release and a delivery = %v, want COMPLETED with token 2", r)
 	}
 	st := e.fake.Stats()
@@ -216,8 +216,8 @@ func TestClaimsCommands(t *testing.T) {
 	calls := e.fake.Stats().Calls
 	e.sendPayments([]provider.Payment{stuck})
 	e.waitDrained(30 * time.Second)
-	waitFor(t, 10*time.Second, "the forgotten key to complete again", func() bool { return e.claim(prefix + stuck.PaymentID)["status"] == "COMPLETED" })
-	if r := e.claim(prefix + stuck.PaymentID); r["token"] != "1" || r["attempts"] != "1" {
+	waitFor(t, 10*time.Second, "the forgotten key to complete again", func() bool { return e.claim(claimstore.StoredKey(prefix, stuck.PaymentID))["status"] == "COMPLETED" })
+	if r := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID)); r["token"] != "1" || r["attempts"] != "1" {
 		t.Errorf("pay_stuck after forget and a delivery = %v, want a fresh row (token 1, attempts 1)", r)
 	}
 	if st := e.fake.Stats(); st.Calls != calls+1 || st.ChargesByPayment[stuck.PaymentID] != 1 {

@@ -42,6 +42,8 @@
 //	  joined with *StoreError    ... but the release failed: the key is held until its lease ends
 //	ErrLeaseLost                 another holder owns the key        [leave the message alone]
 //	ErrNotStored                 fn ran, result not stored          [leave the message alone]
+//	*ResultTooLargeError         fn ran once, key completed without [ack; later calls get it too: duplicate, ack]
+//	                             its result (too large to store)
 //
 // Options.LeaseUntil, FirstRenewal and Extend let a caller align the claim's
 // lease with another one (a message's visibility timeout, an invocation's

@@ -146,7 +146,48 @@ var (
 	// stored (the store failed): the claim stays in progress until its lease
 	// ends, and a call after that runs the function again.
 	ErrNotStored = errors.New("once: result not stored")
+	// ErrResultTooLarge means the function's result was too large for the
+	// store (claimstore.MaxResultBytes, or refused by the backend): the
+	// function ran once and its claim is completed without the result, so
+	// it never runs again for the key; the result itself is lost. The
+	// error is a *ResultTooLargeError, which says the result's size and
+	// hash. It is claimstore.ErrResultTooLarge.
+	ErrResultTooLarge = claimstore.ErrResultTooLarge
 )
+
+// ResultTooLargeError is the error of a call whose result was not stored
+// because it was too large: the first call (which also returns the result)
+// and every later call with the key (which cannot). It matches
+// ErrResultTooLarge.
+type ResultTooLargeError struct {
+	// Key is the key.
+	Key string
+	// Token is the fencing token of the claim the result came from.
+	Token int64
+	// Size is the result's length in bytes.
+	Size int
+	// SHA256 is the result's SHA-256, in hex.
+	SHA256 string
+}
+
+// Error implements error.
+func (e *ResultTooLargeError) Error() string {
+	return fmt.Sprintf("once: key %q token %d: the result (%d bytes, sha256 %s) was too large to store: the work was done and is not done again",
+		e.Key, e.Token, e.Size, e.SHA256)
+}
+
+// Is reports whether target is ErrResultTooLarge.
+func (e *ResultTooLargeError) Is(target error) bool { return target == ErrResultTooLarge }
+
+// omitted returns the *ResultTooLargeError of a stored result that is the
+// marker of a result not stored, or nil.
+func omitted(key string, token int64, stored string) *ResultTooLargeError {
+	size, sum, ok := claimstore.ParseOmittedResult(stored)
+	if !ok {
+		return nil
+	}
+	return &ResultTooLargeError{Key: key, Token: token, Size: size, SHA256: sum}
+}
 
 // HeldError is the error of a call that found the key held by another
 // caller. It matches ErrHeldElsewhere.
@@ -246,8 +287,11 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // store failed before fn ran; fn's own error, after the claim was released;
 // ErrLeaseLost if the claim was lost while fn ran or before its result was
 // stored; ErrNotStored (with the store's error) if fn succeeded and its
-// result could not be stored. If fn panics, the claim is released and the
-// panic goes on.
+// result could not be stored; a *ResultTooLargeError (ErrResultTooLarge) if
+// fn's result, or the result of the call that completed the key, was too
+// large to store (the first call returns the result with it; fn never runs
+// again for the key). If fn panics, the claim is released and the panic
+// goes on.
 func Do(ctx context.Context, store claimstore.Store, key string, opts Options, fn Func) (string, error) {
 	r, err := Run(ctx, store, key, opts, fn)
 	return r.Value, err
@@ -283,6 +327,9 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 		return Result{}, herr
 	}
 	if err := c.Complete(ctx, value); err != nil {
+		if errors.Is(err, ErrResultTooLarge) {
+			return Result{Value: value, Token: c.Token}, err
+		}
 		return Result{}, err
 	}
 	return Result{Value: value, Token: c.Token}, nil
@@ -291,7 +338,8 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 // Acquire claims key for this caller, the first step of Run, for callers
 // that hold the claim around their own work (the SQS worker does): it
 // returns the held *Claim; or, for a key completed before, a nil Claim and
-// the stored Result; or Run's errors from before its function would run (a
+// the stored Result (with a *ResultTooLargeError if the result was not
+// stored: the Result says the token); or Run's errors from before its function would run (a
 // *HeldError, a *KeyReusedError, claimstore.ErrInvalidKey or
 // ErrInvalidParams, a *StoreError). The holder of a Claim calls Hold around
 // the work, then Complete or Release.
@@ -316,6 +364,9 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	switch acq.Outcome {
 	case claimstore.Acquired:
 	case claimstore.Duplicate:
+		if e := omitted(key, c.Token, c.Result); e != nil {
+			return nil, Result{Replayed: true, Token: c.Token}, e
+		}
 		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token}, nil
 	case claimstore.HeldElsewhere:
 		return nil, Result{}, &HeldError{Key: key, Owner: c.Owner, Token: c.Token, Until: c.LeaseUntil}
@@ -543,7 +594,10 @@ func (c *Claim) renew(ctx context.Context) (time.Time, error) {
 // the work is done, and a later caller could only take over and do it again
 // once the lease has ended. It returns nil, an error matching ErrLeaseLost
 // if the claim is someone else's now, or one matching ErrNotStored (and
-// wrapping a *StoreError) if the store kept failing.
+// wrapping a *StoreError) if the store kept failing. A value too large for
+// the store is not retried: the claim is completed with a marker instead
+// (claimstore.OmittedResult), and Complete returns a *ResultTooLargeError
+// with the claim completed.
 func (c *Claim) Complete(ctx context.Context, value string) error {
 	return c.complete(ctx, "complete", func(ctx context.Context, p claimstore.CompleteParams) error {
 		return c.store.Complete(ctx, p)
@@ -572,15 +626,27 @@ func (c *Claim) CompleteTx(ctx context.Context, value string, writes claimstore.
 func (c *Claim) complete(ctx context.Context, op string, call func(context.Context, claimstore.CompleteParams) error,
 	value string, final func(error) bool,
 ) error {
+	var tooLarge *ResultTooLargeError
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.StoreTimeout)
 		err := call(cctx, claimstore.CompleteParams{Holder: c.h, Result: value, ExpiresAt: c.o.Now().Add(c.o.Retention)})
 		cancel()
 		switch {
+		case err == nil && tooLarge != nil:
+			return tooLarge
 		case err == nil:
 			return nil
 		case errors.Is(err, claimstore.ErrLeaseLost):
 			return fmt.Errorf("key %q token %d: %s: %w", c.Key, c.Token, op, ErrLeaseLost)
+		case errors.Is(err, claimstore.ErrResultTooLarge) && tooLarge == nil:
+			// No retry stores it, and a store outage it is not: complete
+			// without it, so that the work is never done again.
+			value = claimstore.OmittedResult(value)
+			tooLarge = omitted(c.Key, c.Token, value)
+			try--
+			continue
+		case errors.Is(err, claimstore.ErrResultTooLarge):
+			return fmt.Errorf("key %q token %d: %s: even the marker of a result not stored was refused: %w: %w", c.Key, c.Token, op, ErrNotStored, err)
 		case final != nil && final(err):
 			return err
 		}

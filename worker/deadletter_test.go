@@ -15,17 +15,19 @@ func strAttr(v string) types.MessageAttributeValue {
 
 // TestDeadLetterAttributes: a dead-lettered message carries its reason, its
 // original id and first receipt time; a redriven one keeps the first ones;
-// SQS's limit of ten attributes holds, the worker's own kept first.
+// every attribute the message came with survives, and the worker's own take
+// only the room left by SQS's limits (ten attributes, 1 MiB with the body).
 func TestDeadLetterAttributes(t *testing.T) {
 	t.Parallel()
 	dl := deadLetter{
+		body:      aws.String("{}"),
 		attrs:     map[string]types.MessageAttributeValue{"Tenant": strAttr("t1"), ReasonAttribute: strAttr("old reason")},
 		messageID: "m-2", firstRecv: "1764806400000", reason: "bad body",
 	}
-	got := dl.attributes()
+	got, omitted := dl.attributes()
 	want := map[string]string{ReasonAttribute: "bad body", OriginalIDAttribute: "m-2", FirstReceivedAttribute: "2025-12-04T00:00:00Z", "Tenant": "t1"}
-	if len(got) != len(want) {
-		t.Errorf("attributes %v, want %v", got, want)
+	if len(got) != len(want) || len(omitted) != 0 {
+		t.Errorf("attributes %v (omitted %v), want %v", got, omitted, want)
 	}
 	for k, v := range want {
 		if aws.ToString(got[k].StringValue) != v {
@@ -36,29 +38,54 @@ func TestDeadLetterAttributes(t *testing.T) {
 	// Redriven and dead-lettered again: the first id and time stay.
 	dl.attrs[OriginalIDAttribute] = strAttr("m-1")
 	dl.attrs[FirstReceivedAttribute] = strAttr("2025-12-01T00:00:00Z")
-	got = dl.attributes()
+	got, _ = dl.attributes()
 	if aws.ToString(got[OriginalIDAttribute].StringValue) != "m-1" || aws.ToString(got[FirstReceivedAttribute].StringValue) != "2025-12-01T00:00:00Z" {
 		t.Errorf("redriven: %v", got)
 	}
 
-	// Ten attributes of its own: the worker's three are kept, seven others.
-	dl.attrs = map[string]types.MessageAttributeValue{}
-	for i := range 10 {
-		dl.attrs[fmt.Sprintf("a%d", i)] = strAttr("v")
-	}
-	got = dl.attributes()
-	if len(got) != maxMessageAttributes {
-		t.Fatalf("%d attributes, want %d", len(got), maxMessageAttributes)
-	}
-	for _, k := range []string{ReasonAttribute, OriginalIDAttribute, FirstReceivedAttribute, "a0", "a6"} {
-		if _, ok := got[k]; !ok {
-			t.Errorf("%s dropped: %v", k, got)
+	for _, tc := range []struct {
+		own      int
+		wantOurs []string
+	}{
+		{7, []string{OriginalIDAttribute, ReasonAttribute, FirstReceivedAttribute}},
+		{8, []string{OriginalIDAttribute, ReasonAttribute}},
+		{9, []string{OriginalIDAttribute}},
+		{10, nil},
+	} {
+		dl.attrs = map[string]types.MessageAttributeValue{}
+		for i := range tc.own {
+			dl.attrs[fmt.Sprintf("a%d", i)] = strAttr("v")
+		}
+		got, omitted = dl.attributes()
+		if len(got) != tc.own+len(tc.wantOurs) || len(omitted) != 3-len(tc.wantOurs) {
+			t.Errorf("%d of its own: %d attributes, omitted %v; want all %d and %v of the worker's", tc.own, len(got), omitted, tc.own, tc.wantOurs)
+		}
+		for i := range tc.own {
+			if _, ok := got[fmt.Sprintf("a%d", i)]; !ok {
+				t.Errorf("%d of its own: a%d dropped", tc.own, i)
+			}
+		}
+		for _, k := range tc.wantOurs {
+			if _, ok := got[k]; !ok {
+				t.Errorf("%d of its own: %s missing with room for it", tc.own, k)
+			}
 		}
 	}
-	if _, ok := got["a7"]; ok {
-		t.Errorf("a7 kept over the limit")
+
+	// A body near SQS's 1 MiB: the worker's attributes go before the send would fail.
+	dl.attrs = map[string]types.MessageAttributeValue{"Tenant": strAttr("t1")}
+	dl.body = aws.String(strings.Repeat("b", maxMessageBytes-100))
+	dl.reason = strings.Repeat("x", 2000)
+	got, omitted = dl.attributes()
+	size := len(*dl.body)
+	for k, v := range got {
+		size += attributeBytes(k, v)
 	}
-	if dl.reason = strings.Repeat("x", 2000); len(aws.ToString(dl.attributes()[ReasonAttribute].StringValue)) > 1024 {
+	if size > maxMessageBytes || len(omitted) == 0 || got["Tenant"].StringValue == nil {
+		t.Errorf("near 1 MiB: %d bytes with %d attributes (omitted %v); want at most %d, Tenant kept", size, len(got), omitted, maxMessageBytes)
+	}
+	dl.body = aws.String("{}")
+	if got, _ = dl.attributes(); len(aws.ToString(got[ReasonAttribute].StringValue)) > 1024 {
 		t.Error("reason not truncated")
 	}
 }

@@ -88,11 +88,16 @@ type DecoderFunc func(m *Message) error
 // Decode calls f.
 func (f DecoderFunc) Decode(m *Message) error { return f(m) }
 
-// KeyFromMessageID is a Decoder that keys each message by its SQS message id
-// and leaves the body undecoded. It deduplicates redeliveries of one message
-// but not a producer's retry, which is a new message: prefer a business key.
+// KeyFromMessageID is a Decoder that keys each message by the id it first
+// arrived with (Message.OriginalID) and leaves the body undecoded. It
+// deduplicates redeliveries of one message, and a message the worker
+// dead-lettered and `worker redrive` (package redrive) moved back, which
+// carry OriginalIDAttribute. It does not deduplicate a producer's retry,
+// which is a new message, nor a message moved by SQS's own move task or
+// the console, which get a new id and no OriginalIDAttribute: prefer a
+// business key.
 var KeyFromMessageID Decoder = DecoderFunc(func(m *Message) error {
-	m.Key = m.ID
+	m.Key = m.OriginalID()
 	m.Payload = m.Body
 	return nil
 })

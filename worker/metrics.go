@@ -43,6 +43,8 @@ type Metrics struct {
 	fifoBlocked   *prometheus.CounterVec
 	clockOffset   prometheus.Gauge
 	clockSkewed   prometheus.Gauge
+	// resultsNotStored counts claims completed without their result.
+	resultsNotStored prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -100,6 +102,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_clock_skewed",
 			Help: "1 while this clock is off AWS's by more than ClockSkewMax: the worker claims nothing and /readyz answers 503.",
 		}),
+		resultsNotStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimfirst_results_not_stored_total",
+			Help: "Claims completed without their handler's result because it was too large to store (claimstore.MaxResultBytes): the work is done once, and duplicates are acked without the result.",
+		}),
 	}
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
@@ -113,10 +119,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }
+
+// ResultsNotStored returns how many claims were completed without their
+// result because it was too large to store.
+func (m *Metrics) ResultsNotStored() int64 { return int64(counterValue(m.resultsNotStored)) }
 
 // Count returns the number of messages counted with outcome, for tests and
 // the benchmark.

@@ -164,6 +164,11 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			m.Key, m.Fingerprint, acq.reused.Stored))
 	case claimstore.Duplicate:
 		p.metrics.count(OutcomeDuplicate)
+		if acq.notStored != nil {
+			log.Info("duplicate: key already completed, its result too large to have been stored",
+				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256))
+			return disposition{action: actAck}
+		}
 		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token))
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
@@ -187,6 +192,17 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	}
 	if herr == nil {
 		result, herr, err = p.finish(ctx, m, c, result)
+	}
+	var notStored *once.ResultTooLargeError
+	if herr == nil && errors.As(err, &notStored) {
+		// Completed without its result: the work is done and never
+		// done again; duplicates are acked without it.
+		p.metrics.count(OutcomeCompleted)
+		p.metrics.resultsNotStored.Inc()
+		p.breaker.success()
+		log.Warn("completed without its result: too large to store", slog.Int("result_bytes", notStored.Size),
+			slog.String("result_sha256", notStored.SHA256), slog.Int("max_result_bytes", claimstore.MaxResultBytes))
+		return disposition{action: actAck}
 	}
 	if herr == nil {
 		switch {
@@ -260,10 +276,12 @@ const storeDependency = "claimstore"
 // (Duplicate), or why the delivery cannot have it.
 type acquisition struct {
 	outcome claimstore.Outcome
-	claim   *once.Claim          // Acquired
-	replay  once.Result          // Duplicate
-	held    *once.HeldError      // HeldElsewhere
-	reused  *once.KeyReusedError // KeyReused
+	claim   *once.Claim // Acquired
+	replay  once.Result // Duplicate
+	// notStored says a Duplicate's result was too large to be stored.
+	notStored *once.ResultTooLargeError
+	held      *once.HeldError      // HeldElsewhere
+	reused    *once.KeyReusedError // KeyReused
 }
 
 // token is the fencing token of the claim the acquisition found.
@@ -352,6 +370,11 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 		case err == nil:
 			p.breaker.recovered(storeDependency)
 			return acquisition{outcome: claimstore.Duplicate, replay: replay}, nil
+		}
+		var notStored *once.ResultTooLargeError
+		if errors.As(err, &notStored) {
+			p.breaker.recovered(storeDependency)
+			return acquisition{outcome: claimstore.Duplicate, replay: replay, notStored: notStored}, nil
 		}
 		if a, ok := refused(err); ok {
 			p.breaker.recovered(storeDependency) // the store answered

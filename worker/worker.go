@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -523,40 +522,61 @@ type deadLetter struct {
 // maxMessageAttributes is SQS's limit per message.
 const maxMessageAttributes = 10
 
-// attributes returns the message's attributes with the reason, the
-// original message id and the first receipt time added (the latter two kept
-// when already there), within SQS's limit of ten: the message's own
-// attributes are dropped in name order when they do not fit.
-func (dl *deadLetter) attributes() map[string]types.MessageAttributeValue {
+// maxMessageBytes is SQS's limit on a message's size: its body and each
+// attribute's name, type and value.
+const maxMessageBytes = 1 << 20
+
+// attributes returns the attributes of the message's dead-letter copy:
+// every attribute the message came with, and of the worker's own (the
+// original message id, the reason, the first receipt time, in that order)
+// those there is room for within SQS's limits of ten attributes and 1 MiB
+// with the body. The worker's own never displace the message's: a message
+// with ten attributes gets none of them (its reason is in the log and the
+// claim's last_error). An original id and first receipt time the message
+// already carries (it was redriven) are kept; a reason it carries is the
+// last failure's, and is replaced.
+func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue, omitted []string) {
 	str := func(v string) types.MessageAttributeValue {
 		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 	}
-	added := map[string]types.MessageAttributeValue{ReasonAttribute: str(truncate(dl.reason, 1024))}
-	if v, ok := dl.attrs[OriginalIDAttribute]; ok {
-		added[OriginalIDAttribute] = v
-	} else if dl.messageID != "" {
-		added[OriginalIDAttribute] = str(dl.messageID)
-	}
-	if v, ok := dl.attrs[FirstReceivedAttribute]; ok {
-		added[FirstReceivedAttribute] = v
-	} else if ms, err := strconv.ParseInt(dl.firstRecv, 10, 64); err == nil && ms > 0 {
-		added[FirstReceivedAttribute] = str(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano))
-	}
-	names := make([]string, 0, len(dl.attrs))
-	for k := range dl.attrs {
-		if _, ok := added[k]; !ok {
-			names = append(names, k)
+	out := make(map[string]types.MessageAttributeValue, maxMessageAttributes)
+	size := len(aws.ToString(dl.body))
+	for k, v := range dl.attrs {
+		if k != ReasonAttribute {
+			out[k] = v
+			size += attributeBytes(k, v)
 		}
 	}
-	slices.Sort(names)
-	out := added
-	for _, k := range names {
-		if len(out) == maxMessageAttributes {
-			break
-		}
-		out[k] = dl.attrs[k]
+	var own []string
+	var values []types.MessageAttributeValue
+	if _, ok := out[OriginalIDAttribute]; !ok && dl.messageID != "" {
+		own, values = append(own, OriginalIDAttribute), append(values, str(dl.messageID))
 	}
-	return out
+	own, values = append(own, ReasonAttribute), append(values, str(truncate(dl.reason, 1024)))
+	if _, ok := out[FirstReceivedAttribute]; !ok {
+		if ms, err := strconv.ParseInt(dl.firstRecv, 10, 64); err == nil && ms > 0 {
+			own = append(own, FirstReceivedAttribute)
+			values = append(values, str(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	for i, k := range own {
+		n := attributeBytes(k, values[i])
+		if len(out) == maxMessageAttributes || size+n > maxMessageBytes {
+			omitted = append(omitted, k)
+			continue
+		}
+		out[k] = values[i]
+		size += n
+	}
+	if len(out) == 0 {
+		return nil, omitted
+	}
+	return out, omitted
+}
+
+// attributeBytes is what an attribute counts toward a message's size.
+func attributeBytes(name string, v types.MessageAttributeValue) int {
+	return len(name) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
 }
 
 // send copies the message to the dead-letter queue with its reason
@@ -568,7 +588,12 @@ func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metri
 		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
 		return false
 	}
-	in := &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: dl.attributes()}
+	attrs, omitted := dl.attributes()
+	if len(omitted) > 0 {
+		log.Warn("dead-letter copy without some of the worker's attributes: the message's own fill SQS's limits",
+			slog.Any("omitted", omitted), slog.String("reason", dl.reason))
+	}
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: attrs}
 	if dl.groupID != "" {
 		in.MessageGroupId, in.MessageDeduplicationId = aws.String(dl.groupID), aws.String(dedupID(dl.messageID))
 	}

@@ -23,8 +23,8 @@ func adminCases() []testCase {
 			if before.Status != claimstore.StatusInProgress || before.Token != 1 || before.Acq != a.Claim.Acq {
 				h.t.Fatalf("ForceRelease returned %+v, want the in-progress row with token 1", before)
 			}
-			if got := h.get(key); got.Status != claimstore.StatusReleased || got.Token != 1 || got.Acq != a.Claim.Acq {
-				h.t.Fatalf("after ForceRelease = %+v, want RELEASED, token 1 and acq kept", got)
+			if got := h.get(key); got.Status != claimstore.StatusReleased || got.Token != 1 || got.Acq == a.Claim.Acq || got.Acq == "" {
+				h.t.Fatalf("after ForceRelease = %+v, want RELEASED, token 1 kept and a new acq (not %s)", got, a.Claim.Acq)
 			}
 			// The lease has not ended, yet the next acquire takes over.
 			b := h.acquire(key, "w2")
@@ -33,6 +33,40 @@ func adminCases() []testCase {
 				h.t.Fatalf("token after forced release and takeover = %d, want 2", b.Claim.Token)
 			}
 			h.wantHolderWritesLost(a.Claim.Holder(), "the force-released holder")
+		}},
+		{"admin_force_release_is_not_the_holders_own_release", func(h *harness, key string) {
+			// The holder's release after an operator's: its own write would
+			// have left the row RELEASED too, but the row is the operator's.
+			ad := h.admin()
+			a := h.acquire(key, "w1")
+			if _, err := ad.ForceRelease(context.Background(), key); err != nil {
+				h.t.Fatalf("ForceRelease: %v", err)
+			}
+			err := h.s.Release(context.Background(), claimstore.ReleaseParams{Holder: a.Claim.Holder(), LastError: "late"})
+			if !errors.Is(err, claimstore.ErrLeaseLost) {
+				h.t.Fatalf("holder's release after a forced release: err = %v, want ErrLeaseLost", err)
+			}
+		}},
+		{"admin_retried_acquire_after_force_release_takes_over", func(h *harness, key string) {
+			// An acquire applied, its answer lost, the claim force-released by
+			// an operator, then the acquire retried with the same Acq: the row
+			// is no longer the caller's own, and the retry takes it over.
+			ad := h.admin()
+			p := h.params(key, "w1")
+			p.Acq = claimstore.NewAcq()
+			h.wantOutcome(h.acquireWith(p), claimstore.Acquired)
+			if _, err := ad.ForceRelease(context.Background(), key); err != nil {
+				h.t.Fatalf("ForceRelease: %v", err)
+			}
+			again := h.acquireWith(p)
+			h.wantOutcome(again, claimstore.Acquired)
+			if again.Claim.Token != 2 || again.Claim.Status != claimstore.StatusInProgress {
+				h.t.Fatalf("retried acquire after a forced release = %+v, want a takeover: token 2, IN_PROGRESS", again.Claim)
+			}
+			if got := h.get(key); got.Status != claimstore.StatusInProgress || got.Token != 2 || got.Acq != p.Acq {
+				h.t.Fatalf("row after the retried acquire = %+v, want IN_PROGRESS, token 2, acq %s", got, p.Acq)
+			}
+			h.complete(again.Claim, "ok")
 		}},
 		{"admin_force_release_refuses_other_states", func(h *harness, key string) {
 			ad := h.admin()

@@ -58,6 +58,10 @@ type Options struct {
 	KeyPrefix string
 	// RaceRounds is how many times 16 goroutines race for one key. Defaults to 50.
 	RaceRounds int
+	// Prefixed returns a store of the backend with the given key prefix
+	// that shares the Factory's state (the same table), for the case that
+	// keys of different prefixes never meet. Required.
+	Prefixed func(t *testing.T, clock *Clock, prefix string) claimstore.Store
 }
 
 const (
@@ -234,9 +238,9 @@ func cases(opts Options) []testCase {
 			}
 		}},
 		{"invalid_keys_rejected", func(h *harness, key string) {
-			justFits := key + strings.Repeat("k", claimstore.MaxKeyBytes-len(opts.KeyPrefix)-len(key))
+			justFits := key + strings.Repeat("k", claimstore.MaxKeyBytes-len(claimstore.StoredKey(opts.KeyPrefix, key)))
 			long := justFits + "k"
-			for name, k := range map[string]string{"empty": "", "too long": long} {
+			for name, k := range map[string]string{"empty": "", "too long": long, "with the key separator": key + "\x1f1"} {
 				_, err := h.s.Acquire(context.Background(), h.params(k, "w"))
 				if !errors.Is(err, claimstore.ErrInvalidKey) {
 					h.t.Errorf("Acquire(%s key): err = %v, want ErrInvalidKey", name, err)
@@ -374,6 +378,74 @@ func cases(opts Options) []testCase {
 			c := h.acquire(key, "w3")
 			if !b.Claim.FirstAt.Equal(first) || !c.Claim.FirstAt.Equal(first) || !h.get(key).FirstAt.Equal(first) {
 				h.t.Fatalf("FirstAt after takeovers = %v, %v, stored %v; want %v kept", b.Claim.FirstAt, c.Claim.FirstAt, h.get(key).FirstAt, first)
+			}
+		}},
+		{"takeover_of_expired_released_row_keeps_first_at", func(h *harness, key string) {
+			// A holder released after a provider may have seen the key; its
+			// row expired before the next delivery. The key's first use is
+			// still that first acquisition.
+			a := h.acquire(key, "w1")
+			first := a.Claim.FirstAt
+			h.release(a.Claim, "provider: timeout")
+			h.clock.Advance(retention + time.Minute)
+			b := h.acquire(key, "w2")
+			h.wantOutcome(b, claimstore.Acquired)
+			if !b.Claim.FirstAt.Equal(first) || !h.get(key).FirstAt.Equal(first) {
+				h.t.Fatalf("FirstAt after taking over an expired released row = %v, stored %v; want the first use %v", b.Claim.FirstAt, h.get(key).FirstAt, first)
+			}
+		}},
+		{"prefixes_never_meet", func(h *harness, key string) {
+			if opts.Prefixed == nil {
+				h.t.Fatal("Options.Prefixed is required: it checks that keys of different prefixes never meet")
+			}
+			// Prefixes p and p+"out", keys "out1" and "1": without a
+			// separator both are stored as p+"out1".
+			p := "t" + key[len(key)-16:]
+			short, long := opts.Prefixed(h.t, h.clock, p), opts.Prefixed(h.t, h.clock, p+"out")
+			ctx := context.Background()
+			a, err := short.Acquire(ctx, h.params("out1", "w1"))
+			if err != nil || a.Outcome != claimstore.Acquired {
+				h.t.Fatalf("Acquire(out1) with prefix %q = %v, %v; want Acquired", p, a.Outcome, err)
+			}
+			if err := short.Complete(ctx, claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: "pay", ExpiresAt: h.clock.Now().Add(retention)}); err != nil {
+				h.t.Fatalf("Complete: %v", err)
+			}
+			b, err := long.Acquire(ctx, h.params("1", "w2"))
+			if err != nil || b.Outcome != claimstore.Acquired || b.Claim.Token != 1 {
+				h.t.Fatalf("Acquire(1) with prefix %q = %v %+v, %v; want Acquired with token 1, a key of its own", p+"out", b.Outcome, b.Claim, err)
+			}
+		}},
+		{"result_too_large_is_refused_and_nothing_written", func(h *harness, key string) {
+			a := h.acquire(key, "w1")
+			before := h.get(key)
+			big := strings.Repeat("r", claimstore.MaxResultBytes+1)
+			err := h.s.Complete(context.Background(), claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: big, ExpiresAt: h.clock.Now().Add(retention)})
+			if !errors.Is(err, claimstore.ErrResultTooLarge) {
+				h.t.Fatalf("Complete with %d bytes: err = %v, want ErrResultTooLarge", len(big), err)
+			}
+			if after := h.get(key); after != before {
+				h.t.Fatalf("refused Complete changed the row:\nbefore %+v\nafter  %+v", before, after)
+			}
+			// The holder completes with the marker instead; duplicates read it back.
+			h.complete(a.Claim, claimstore.OmittedResult(big))
+			d := h.acquire(key, "w2")
+			h.wantOutcome(d, claimstore.Duplicate)
+			size, _, ok := claimstore.ParseOmittedResult(d.Claim.Result)
+			if !ok || size != len(big) {
+				h.t.Fatalf("duplicate's result = %.60q, want the omitted-result marker with size %d", d.Claim.Result, len(big))
+			}
+		}},
+		{"result_at_the_limit_is_stored", func(h *harness, key string) {
+			// The longest result with the longest other attributes still fits.
+			p := h.params(key+strings.Repeat("k", claimstore.MaxKeyBytes-len(claimstore.StoredKey(opts.KeyPrefix, key))), strings.Repeat("o", claimstore.MaxOwnerBytes))
+			p.Fingerprint = strings.Repeat("f", claimstore.MaxFingerprintBytes)
+			a := h.acquireWith(p)
+			h.release(a.Claim, strings.Repeat("e", claimstore.MaxLastErrorBytes))
+			b := h.acquireWith(p)
+			big := strings.Repeat("r", claimstore.MaxResultBytes)
+			h.complete(b.Claim, big)
+			if got := h.get(p.Key); got.Result != big {
+				h.t.Fatalf("stored result is %d bytes, want %d", len(got.Result), len(big))
 			}
 		}},
 		{"renew_moves_expiry_past_the_lease", func(h *harness, key string) {

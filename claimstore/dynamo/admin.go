@@ -27,8 +27,11 @@ func (s *Store) ForceRelease(ctx context.Context, key string) (claimstore.Claim,
 	if err != nil {
 		return before, err
 	}
-	err = s.adminUpdate(ctx, "force release", before, "SET #status = :released", nil,
-		map[string]types.AttributeValue{":released": str(string(claimstore.StatusReleased))})
+	err = s.adminUpdate(ctx, "force release", before, "SET #status = :released, #acq = :newacq", nil,
+		map[string]types.AttributeValue{
+			":released": str(string(claimstore.StatusReleased)),
+			":newacq":   str(claimstore.NewAcq()),
+		})
 	return before, err
 }
 

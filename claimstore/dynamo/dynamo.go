@@ -33,11 +33,13 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 )
@@ -87,8 +89,9 @@ type Config struct {
 	KeyAttribute string
 	// TTLAttribute is the table's TTL attribute. Defaults to "expires_at".
 	TTLAttribute string
-	// KeyPrefix is prepended to every key so that several consumers can share
-	// a table; it counts toward claimstore.MaxKeyBytes. Defaults to "".
+	// KeyPrefix is prepended to every key, with claimstore.KeySeparator
+	// between them (claimstore.StoredKey), so that several consumers can
+	// share a table; it counts toward claimstore.MaxKeyBytes. Defaults to "".
 	KeyPrefix string
 	// Now is the store's clock: it stamps first_at and judges whether a
 	// lease has ended (a takeover). Defaults to time.Now.
@@ -114,6 +117,9 @@ func (c *Config) validate() error {
 	}
 	if c.Table == "" {
 		errs = append(errs, errors.New("Table is required"))
+	}
+	if strings.Contains(c.KeyPrefix, claimstore.KeySeparator) {
+		errs = append(errs, errors.New("KeyPrefix must not contain the key separator U+001F"))
 	}
 	if c.KeyAttribute == c.TTLAttribute {
 		errs = append(errs, fmt.Errorf("KeyAttribute and TTLAttribute are both %q", c.KeyAttribute))
@@ -201,7 +207,7 @@ func (s *Store) holderWrite(op string, target claimstore.Status, update string, 
 }
 
 func (s *Store) key(k string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.cfg.KeyAttribute: str(s.cfg.KeyPrefix + k)}
+	return map[string]types.AttributeValue{s.cfg.KeyAttribute: str(claimstore.StoredKey(s.cfg.KeyPrefix, k))}
 }
 
 // maxTakeovers bounds the takeover attempts of one Acquire: each failed one
@@ -227,7 +233,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	old, err := s.conditionFailed(p.Key, err)
-	for range maxTakeovers {
+	for try := 0; ; try++ {
 		switch {
 		case err != nil:
 			return claimstore.Acquisition{}, fmt.Errorf("acquire %q: %w", p.Key, err)
@@ -238,18 +244,14 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 		if !take {
 			return claimstore.Acquisition{Outcome: outcome, Claim: *old}, nil
 		}
+		if try == maxTakeovers {
+			// Still takeable after every lost race: someone else keeps
+			// winning, which is what held elsewhere means to the caller.
+			return claimstore.Acquisition{Outcome: claimstore.HeldElsewhere, Claim: *old}, nil
+		}
 		c = old.Takeover(p, now)
 		old, err = s.takeover(ctx, old.Token, c, now)
 	}
-	if err != nil {
-		return claimstore.Acquisition{}, fmt.Errorf("acquire %q: %w", p.Key, err)
-	}
-	if old == nil {
-		return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
-	}
-	// Still contended after every try: someone else keeps winning, which
-	// is what held elsewhere means to the caller.
-	return claimstore.Acquisition{Outcome: claimstore.HeldElsewhere, Claim: *old}, nil
 }
 
 // takeover writes c over the row whose token was seen, if that row may still
@@ -323,7 +325,7 @@ func (s *Store) conditionFailed(key string, err error) (*claimstore.Claim, error
 // item is c as a row.
 func (s *Store) item(c claimstore.Claim) map[string]types.AttributeValue {
 	it := map[string]types.AttributeValue{
-		s.cfg.KeyAttribute: str(s.cfg.KeyPrefix + c.Key),
+		s.cfg.KeyAttribute: str(claimstore.StoredKey(s.cfg.KeyPrefix, c.Key)),
 		attrStatus:         str(string(c.Status)),
 		attrToken:          num(c.Token),
 		attrAcq:            str(c.Acq),
@@ -355,11 +357,24 @@ func (s *Store) Complete(ctx context.Context, p claimstore.CompleteParams) error
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.complete, p.Holder, map[string]types.AttributeValue{
+	err := s.update(ctx, s.complete, p.Holder, map[string]types.AttributeValue{
 		":completed": str(string(claimstore.StatusCompleted)),
 		":result":    str(p.Result),
 		":ttl":       num(claimstore.ExpirySeconds(p.ExpiresAt)),
 	})
+	return validationRefused(err)
+}
+
+// validationRefused marks DynamoDB's ValidationException at a completion
+// (an item over 400 KB, a value it will not take) as
+// claimstore.ErrResultTooLarge: the result was refused, which no retry
+// changes, and the table is not down.
+func validationRefused(err error) error {
+	var api smithy.APIError
+	if err != nil && errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
+		return fmt.Errorf("%w: %w", claimstore.ErrResultTooLarge, err)
+	}
+	return err
 }
 
 // Release implements claimstore.Store.

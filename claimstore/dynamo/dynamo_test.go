@@ -57,7 +57,13 @@ func TestConformance(t *testing.T) {
 	c := client(t, nil)
 	claimstoretest.Run(t, "dynamo", func(t *testing.T, clock *claimstoretest.Clock) claimstore.Store {
 		return newStore(t, c, clock.Now)
-	}, claimstoretest.Options{KeyPrefix: "svc#"})
+	}, claimstoretest.Options{KeyPrefix: "svc#", Prefixed: func(t *testing.T, clock *claimstoretest.Clock, prefix string) claimstore.Store {
+		s, err := dynamo.New(dynamo.Config{Client: c, Table: table.name, KeyPrefix: prefix, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}})
 }
 
 // TestHappyPathRequests counts what one message costs: a claim and a
@@ -135,7 +141,7 @@ func TestRowLayout(t *testing.T) {
 	}
 	out, err := c.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(table.name),
-		Key:       map[string]typesAV{"pk": &typesS{Value: "svc#" + key}},
+		Key:       map[string]typesAV{"pk": &typesS{Value: claimstore.StoredKey("svc#", key)}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -145,7 +145,7 @@ func (s *Store) checkWrites(key string, w Writes) error {
 	if n := len(w) + 1; n > MaxTxItems {
 		return fmt.Errorf("complete %q: %w: %d items with the claim, DynamoDB allows %d", key, claimstore.ErrTxTooLarge, n, MaxTxItems)
 	}
-	claimKey := s.cfg.KeyPrefix + key
+	claimKey := claimstore.StoredKey(s.cfg.KeyPrefix, key)
 	var errs []error
 	size := 0
 	for i, it := range w {

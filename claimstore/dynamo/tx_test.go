@@ -230,7 +230,7 @@ func TestCompleteTxRefused(t *testing.T) {
 		bigs = append(bigs, b)
 	}
 	own := f.add(key, 1)
-	own.Update.Key["pk"] = &typesS{Value: "svc#" + key}
+	own.Update.Key["pk"] = &typesS{Value: claimstore.StoredKey("svc#", key)}
 	cases := []struct {
 		name string
 		w    claimstore.TxWrites

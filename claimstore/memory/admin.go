@@ -13,6 +13,7 @@ var _ claimstore.Admin = (*Store)(nil)
 func (s *Store) ForceRelease(ctx context.Context, key string) (claimstore.Claim, error) {
 	return s.admin(ctx, key, "force release", claimstore.Claim.AllowsForceRelease, func(c *claimstore.Claim) bool {
 		c.Status = claimstore.StatusReleased
+		c.Acq = claimstore.NewAcq()
 		return true
 	})
 }

@@ -17,8 +17,9 @@ var _ claimstore.Store = (*Store)(nil)
 
 // Config configures a Store.
 type Config struct {
-	// KeyPrefix is prepended to every key, as in the DynamoDB store, and
-	// counts toward claimstore.MaxKeyBytes. Defaults to "".
+	// KeyPrefix is the key prefix, as in the DynamoDB store: it counts
+	// toward claimstore.MaxKeyBytes with claimstore.KeySeparator, and must
+	// not contain the separator. Defaults to "".
 	KeyPrefix string
 	// Now is the store's clock: it stamps first_at and judges whether a
 	// lease has ended (a takeover). Defaults to time.Now.

@@ -162,7 +162,7 @@ func claimsError(err error, c *claimsEnv, key string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, claimstore.ErrNotFound):
-		return fmt.Errorf("claim %q not found in table %s (stored key %q)", key, c.table, c.prefix+key)
+		return fmt.Errorf("claim %q not found in table %s (stored key %q)", key, c.table, claimstore.StoredKey(c.prefix, key))
 	case errors.Is(err, claimstore.ErrInvalidKey):
 		return usagef("KEY %q: %v", key, err)
 	}
@@ -193,7 +193,7 @@ type claimJSON struct {
 
 func toJSON(c claimstore.Claim, prefix string, now time.Time) claimJSON {
 	j := claimJSON{
-		Key: c.Key, StoredKey: prefix + c.Key, Status: string(c.Status), Token: c.Token, Acq: c.Acq,
+		Key: c.Key, StoredKey: claimstore.StoredKey(prefix, c.Key), Status: string(c.Status), Token: c.Token, Acq: c.Acq,
 		LeaseUntil: rfc3339(c.LeaseUntil), LeaseUntilMS: c.LeaseUntil.UnixMilli(),
 		ExpiresAt: rfc3339(c.ExpiresAt), ExpiresAtS: c.ExpiresAt.Unix(),
 		Owner: c.Owner, Attempts: c.Attempts, Result: c.Result, Fingerprint: c.Fingerprint, LastError: c.LastError,
