@@ -217,13 +217,15 @@ var (
 	ErrLeaseLost = errors.New("claimstore: lease lost")
 	// ErrNotFound means there is no live claim for the key.
 	ErrNotFound = errors.New("claimstore: claim not found")
-	// ErrInvalidKey means the key is empty or longer than MaxKeyBytes with its prefix.
+	// ErrInvalidKey means the key is empty, longer than MaxKeyBytes with its
+	// prefix, or not valid UTF-8.
 	ErrInvalidKey = errors.New("claimstore: invalid key")
 	// ErrInvalidParams means an operation's parameters are inconsistent.
 	ErrInvalidParams = errors.New("claimstore: invalid parameters")
 )
 
-// CheckKey validates key with the store's prefix against MaxKeyBytes. Stores
+// CheckKey validates key with the store's prefix against MaxKeyBytes, and
+// refuses a key that is not valid UTF-8. Stores
 // call it first, so every backend rejects the same keys.
 func CheckKey(prefix, key string) error {
 	if key == "" {
@@ -231,6 +233,11 @@ func CheckKey(prefix, key string) error {
 	}
 	if n := len(prefix) + len(key); n > MaxKeyBytes {
 		return fmt.Errorf("%w: %d bytes with prefix, more than %d", ErrInvalidKey, n, MaxKeyBytes)
+	}
+	if !utf8.ValidString(key) {
+		// DynamoDB's JSON turns each bad byte into U+FFFD: two different
+		// keys would become one item, the second a duplicate of the first.
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
 	}
 	return nil
 }
