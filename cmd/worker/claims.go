@@ -146,6 +146,7 @@ func parseWithKey(s *settings, args []string) (string, error) {
 		keys = append(keys, s.fs.Arg(0))
 		args = s.fs.Args()[1:]
 	}
+	s.applyEnv()
 	switch len(keys) {
 	case 0:
 		return "", usagef("%s: KEY is required", name)

@@ -24,11 +24,12 @@ import (
 
 // appSettings are the settings shared by `worker run` and the Lambda mode.
 type appSettings struct {
-	table, keyPrefix, providerURL, providerKey, keyFrom, logLevel *string
-	retention, providerTimeout, keyLifetime                       *time.Duration
-	providerAttempts                                              *int
-	lookup                                                        *bool
-	ledger                                                        ledgerSettings
+	table, keyPrefix, providerURL, keyFrom, logLevel *string
+	providerKey                                      *secret
+	retention, providerTimeout, keyLifetime          *time.Duration
+	providerAttempts                                 *int
+	lookup                                           *bool
+	ledger                                           ledgerSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -36,7 +37,7 @@ func defineApp(s *settings) *appSettings {
 		table:            s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)"),
 		keyPrefix:        s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
 		providerURL:      s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
-		providerKey:      s.String("provider-api-key", "PROVIDER_API_KEY", "", "payment provider API key, sent as a bearer token"),
+		providerKey:      s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
 		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
 		logLevel:         s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
 		retention:        s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
@@ -105,7 +106,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
 	client, err := provider.NewClient(provider.Config{
-		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
+		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: a.providerKey.Value(),
 		Logger: log,
 	})
 	if err != nil {
