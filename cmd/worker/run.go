@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ type appSettings struct {
 	providerKey                                      *secret
 	retention, providerTimeout, keyLifetime          *time.Duration
 	providerAttempts                                 *int
-	lookup                                           *bool
+	lookup, allowHTTP                                *bool
 	ledger                                           ledgerSettings
 }
 
@@ -37,6 +38,7 @@ func defineApp(s *settings) *appSettings {
 		table:            s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)"),
 		keyPrefix:        s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
 		providerURL:      s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
+		allowHTTP:        s.Bool("provider-allow-http", "PROVIDER_ALLOW_HTTP", false, "send the API key over plain http to a host other than loopback (unsafe)"),
 		providerKey:      s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
 		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
 		logLevel:         s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
@@ -86,6 +88,9 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		return a.buildLedger(ctx, io)
 	}
 	if err := require(*a.providerURL, "provider-url", "PROVIDER_URL"); err != nil {
+		return nil, err
+	}
+	if err := checkProviderURL(*a.providerURL, a.providerKey.Value() != "", *a.allowHTTP); err != nil {
 		return nil, err
 	}
 	log, err := a.logger(io)
@@ -221,8 +226,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
 		return err
 	}
-	if *concurrency < 1 {
-		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be at least 1", *concurrency)
+	if *concurrency < 1 || *concurrency > worker.MaxConcurrency {
+		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be 1 to %d; run more workers for more", *concurrency, worker.MaxConcurrency)
 	}
 	if *visibility < 0 || *visibility%time.Second != 0 || *visibility > worker.MaxVisibility {
 		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
@@ -316,4 +321,19 @@ func registerProviderMetrics(reg prometheus.Registerer, c *provider.Client) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
 			func() float64 { return float64(get(c.Stats())) }))
 	}
+}
+
+// checkProviderURL refuses to send an API key in clear over the network: an
+// http:// provider URL with a key must name a loopback host (the fake
+// provider, a local sidecar) unless allowHTTP says otherwise.
+func checkProviderURL(raw string, hasKey, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || !hasKey || allowHTTP {
+		return nil // a URL that does not parse is provider.NewClient's to report
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usagef("PROVIDER_URL (-provider-url): http:// to %s would send PROVIDER_API_KEY in clear; use https, or set PROVIDER_ALLOW_HTTP=true", host)
 }
