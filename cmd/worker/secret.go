@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 )
 
 // secret is a setting that must never be printed: the provider's API key.
@@ -39,3 +44,23 @@ func (s secret) Format(f fmt.State, _ rune) { _, _ = fmt.Fprint(f, (&s).String()
 
 // LogValue implements slog.LogValuer: redacted.
 func (s secret) LogValue() slog.Value { return slog.StringValue((&s).String()) }
+
+// secretsAPI is the Secrets Manager call the worker makes.
+type secretsAPI interface {
+	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// readSecret reads the string value of the Secrets Manager secret id (a
+// name or an ARN): the provider's API key, read once at start so that it is
+// in no template, environment variable or log.
+func readSecret(ctx context.Context, api secretsAPI, id string) (secret, error) {
+	out, err := api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	if err != nil {
+		return "", fmt.Errorf("PROVIDER_API_KEY_SECRET %s: %w", id, err)
+	}
+	v := strings.TrimSpace(aws.ToString(out.SecretString))
+	if v == "" {
+		return "", fmt.Errorf("PROVIDER_API_KEY_SECRET %s: the secret has no string value: put the key in it (aws secretsmanager put-secret-value)", id)
+	}
+	return secret(v), nil
+}
