@@ -256,7 +256,8 @@ var (
 	ErrLeaseLost = errors.New("claimstore: lease lost")
 	// ErrNotFound means there is no live claim for the key.
 	ErrNotFound = errors.New("claimstore: claim not found")
-	// ErrInvalidKey means the key is empty or longer than MaxKeyBytes with its prefix.
+	// ErrInvalidKey means the key is empty, longer than MaxKeyBytes with its
+	// prefix, or not valid UTF-8.
 	ErrInvalidKey = errors.New("claimstore: invalid key")
 	// ErrInvalidParams means an operation's parameters are inconsistent.
 	ErrInvalidParams = errors.New("claimstore: invalid parameters")
@@ -299,7 +300,8 @@ func ParseOmittedResult(stored string) (size int, sha256Hex string, ok bool) {
 }
 
 // CheckKey validates key with the store's prefix: not empty, without
-// KeySeparator (nor the prefix), at most MaxKeyBytes as stored. Stores call
+// KeySeparator (nor the prefix), at most MaxKeyBytes as stored, and
+// valid UTF-8. Stores call
 // it first, so every backend rejects the same keys.
 func CheckKey(prefix, key string) error {
 	if key == "" {
@@ -317,6 +319,11 @@ func CheckKey(prefix, key string) error {
 	}
 	if n > MaxKeyBytes {
 		return fmt.Errorf("%w: %d bytes with prefix, more than %d", ErrInvalidKey, n, MaxKeyBytes)
+	}
+	if !utf8.ValidString(key) {
+		// DynamoDB's JSON turns each bad byte into U+FFFD: two different
+		// keys would become one item, the second a duplicate of the first.
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
 	}
 	return nil
 }

@@ -2,8 +2,22 @@
 // server side of the IETF "Idempotency-Key" HTTP header draft over any
 // claimstore.Store (memory for one process, DynamoDB for many).
 //
-//	mw, err := idempotency.New(idempotency.Options{Store: store, Required: true, Scope: idempotency.Prefix("payments#")})
-//	mux.Handle("POST /v1/charges", mw(chargeHandler))
+//	mw, err := idempotency.New(idempotency.Options{
+//		Store:    store,
+//		Required: true,
+//		Scope:    idempotency.Prefix("payments#"),
+//		Client:   idempotency.Principal(userKey{}), // set by the authentication middleware
+//	})
+//	mux.Handle("POST /v1/charges", authenticate(mw(chargeHandler)))
+//
+// Every key belongs to the client that sent it (Options.Client: the
+// authenticated principal with Principal, or a hash of the Authorization
+// header with AuthorizationHash): a client that sends another client's key
+// runs the handler for itself, and never gets the other's response. New
+// refuses options without a Client unless Options.SharedKeys says that all
+// clients share one key space, which is unsafe for any API with more than
+// one client. Authentication belongs outside this middleware: a request
+// the middleware sees has already been let in.
 //
 // For a request with an Idempotency-Key header (POST and PATCH by default):
 //
@@ -11,8 +25,12 @@
 //     handler. Its response goes to the client as the handler writes it, and
 //     its status, selected headers (Options.StoredHeaders) and body are stored
 //     with the completed claim, as JSON.
-//   - A repeat with the same fingerprint (method, path and a SHA-256 of the
-//     body, unless Options.Fingerprint says otherwise) gets the stored
+//   - The key is parsed as the draft's Structured Field string ("..."); a
+//     bare value is accepted as the same key, for clients that predate the
+//     draft.
+//   - A repeat with the same fingerprint (a SHA-256 of the method, path,
+//     query and body, length-prefixed, unless Options.Fingerprint says
+//     otherwise) gets the stored
 //     response again, with Idempotent-Replayed: true; the handler does not run.
 //   - A repeat while the first still runs gets 409 with Retry-After, whatever
 //     its fingerprint: nothing is stored yet to compare it with.
@@ -21,14 +39,21 @@
 //     (otherwise the request passes through unclaimed); an over-long or
 //     malformed key gets 400.
 //   - A 5xx response (or a panic) releases the claim, so a retry runs the
-//     handler again. Every other status is the key's stored outcome.
-//   - A response body over Options.MaxResponseBytes still reaches the first
+//     handler again; so do 401, 403, 408 and 429 (Options.ReleaseStatuses),
+//     which say nothing about the operation. Every other status is the
+//     key's stored outcome.
+//   - A client that disconnects does not end the claim: the handler runs on
+//     a context the disconnect does not cancel (bounded by the request's own
+//     deadline), and its response is stored for the retry.
+//   - A response (body and stored headers) over Options.MaxResponseBytes still reaches the first
 //     client, but cannot be replayed: the claim records that it ran, and a
 //     repeat gets 500 saying the response was too large to store, rather than
 //     running the handler twice.
 //
-// Keys are scoped (Options.Scope: a prefix per route or tenant) so that one
-// table serves many APIs, and one client's key never meets another's.
+// Keys are also scoped (Options.Scope: a prefix per route or API) so that
+// one table serves many APIs. The store holds, per key, a 128-bit hash of
+// the client (never its name or credential), the request's fingerprint and
+// the stored response.
 // Rejections are written by Options.Reject, so an API keeps its own error
 // format; Options.Observe sees every outcome, for metrics.
 package idempotency

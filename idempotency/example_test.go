@@ -21,6 +21,9 @@ func Example() {
 		Store:    memory.New(memory.Config{}),
 		Required: true,
 		Scope:    idempotency.Prefix("orders#"), // one table, many APIs
+		// Each key belongs to the client that sent it: here, its credential.
+		// Behind an authentication middleware, Principal(ctxKey) instead.
+		Client: idempotency.AuthorizationHash,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -42,6 +45,7 @@ func Example() {
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}
+		req.Header.Set("Authorization", "Bearer sk_alice")
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			log.Fatal(err)

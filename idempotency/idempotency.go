@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -44,24 +46,45 @@ type Options struct {
 	// Methods are the request methods the middleware claims; others pass
 	// through. Defaults to POST and PATCH.
 	Methods []string
-	// Scope returns the prefix of a request's key in the store (a route, a
-	// tenant), so that one table serves many APIs and keys of different
-	// scopes never meet. Prefix builds a constant one. Defaults to none.
+	// Scope returns the prefix of a request's key in the store (a route, an
+	// API), so that one table serves many APIs and keys of different scopes
+	// never meet. Prefix builds a constant one. Defaults to none.
 	Scope func(r *http.Request) string
+	// Client names the client that sent a request (an account, an
+	// authenticated principal): every key is bound to it, so that a client
+	// that sends another client's key never gets that client's response.
+	// Principal and AuthorizationHash build one. An error answers 401
+	// without running the handler. Required unless SharedKeys is set.
+	// Defaults to nil.
+	Client func(r *http.Request) (string, error)
+	// SharedKeys says that keys are not bound to a client: every client
+	// shares one key space. UNSAFE for an API with more than one client:
+	// whoever sends another client's key (guessed, or seen in a log) with
+	// the same request gets that client's stored response, and the handler,
+	// with any authorization inside it, does not run. Only for an API with
+	// a single client. Defaults to false.
+	SharedKeys bool
+	// ReleaseStatuses are the non-5xx statuses that release the key as a
+	// 5xx does: answers that say nothing about the operation, so that a
+	// retry runs the handler again rather than replaying them. An empty,
+	// non-nil list releases on 5xx only. Defaults to 401, 403, 408 and 429.
+	ReleaseStatuses []int
 	// MaxKeyBytes is the longest key accepted, without the scope. Defaults to 255.
 	MaxKeyBytes int
 	// MaxRequestBytes bounds the request body the fingerprint reads: a
 	// larger one gets 413. Defaults to 1 MiB.
 	MaxRequestBytes int64
-	// MaxResponseBytes is the largest response body stored for replay, at
-	// most MaxStorableResponseBytes. Defaults to 64 KiB.
+	// MaxResponseBytes is the largest response stored for replay, its body
+	// and stored headers counted together, at most MaxStorableResponseBytes.
+	// Defaults to 64 KiB.
 	MaxResponseBytes int
 	// StoredHeaders are the response headers stored and replayed. Defaults
 	// to Content-Type, Content-Language, Content-Location and Location.
 	StoredHeaders []string
 	// Fingerprint says what a request is: a repeat of the key with another
 	// fingerprint gets 422. body is the whole request body. Defaults to a
-	// SHA-256 of the method, the URL path and the body.
+	// SHA-256 of the method, the URL path, the query and the body
+	// (RequestFingerprint).
 	Fingerprint func(r *http.Request, body []byte) string
 	// Lease is how long the first request holds its key without a renewal;
 	// it is renewed while the handler runs. Defaults to 30s.
@@ -92,6 +115,45 @@ func Prefix(p string) func(*http.Request) string {
 	return func(*http.Request) string { return p }
 }
 
+// ErrNoClient means a request does not say which client sent it: a Client
+// function found no principal or no Authorization header.
+var ErrNoClient = errors.New("idempotency: the request does not identify its client")
+
+// Principal returns a Client that reads the authenticated principal an
+// outer middleware put in the request's context under ctxKey: a string, or
+// a fmt.Stringer. A request without one gets ErrNoClient (401).
+// Authentication belongs outside this middleware, so that an
+// unauthenticated request never reaches a key.
+func Principal(ctxKey any) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		var p string
+		switch v := r.Context().Value(ctxKey).(type) {
+		case string:
+			p = v
+		case fmt.Stringer:
+			p = v.String()
+		}
+		if p == "" {
+			return "", ErrNoClient
+		}
+		return p, nil
+	}
+}
+
+// AuthorizationHash is a Client for an API whose clients each send their
+// own credentials: a SHA-256 of the Authorization header, so that the
+// credential itself is never stored. A new credential (a rotated API key)
+// is a new client, whose keys start afresh. A request without the header
+// gets ErrNoClient (401).
+func AuthorizationHash(r *http.Request) (string, error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return "", ErrNoClient
+	}
+	sum := sha256.Sum256([]byte(auth))
+	return hex.EncodeToString(sum[:]), nil
+}
+
 func (o *Options) setDefaults() {
 	if o.Header == "" {
 		o.Header = DefaultHeader
@@ -110,6 +172,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = 64 << 10
+	}
+	if o.ReleaseStatuses == nil {
+		o.ReleaseStatuses = []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusTooManyRequests}
 	}
 	if o.StoredHeaders == nil {
 		o.StoredHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location"}
@@ -135,6 +200,17 @@ func (o *Options) validate() error {
 	var errs []error
 	if o.Store == nil {
 		errs = append(errs, errors.New("Store is required"))
+	}
+	if o.Client == nil && !o.SharedKeys {
+		errs = append(errs, errors.New("Client is required: keys must be bound to the client that sends them (Principal, AuthorizationHash), unless SharedKeys says every client shares them"))
+	}
+	if o.Client != nil && o.SharedKeys {
+		errs = append(errs, errors.New("Client and SharedKeys are exclusive"))
+	}
+	for _, st := range o.ReleaseStatuses {
+		if st < 200 || st > 499 {
+			errs = append(errs, fmt.Errorf("ReleaseStatuses must be 200 to 499 (every 5xx releases), got %d", st))
+		}
 	}
 	if o.MaxKeyBytes < 1 || o.MaxKeyBytes > claimstore.MaxKeyBytes {
 		errs = append(errs, fmt.Errorf("MaxKeyBytes must be 1 to %d, got %d", claimstore.MaxKeyBytes, o.MaxKeyBytes))
@@ -162,7 +238,8 @@ const (
 	Executed Outcome = "executed"
 	// Replayed: a repeat got the stored response.
 	Replayed Outcome = "replayed"
-	// Released: the handler answered 5xx or panicked; the key is free again.
+	// Released: the handler answered 5xx, one of Options.ReleaseStatuses,
+	// or panicked; the key is free again.
 	Released Outcome = "released"
 	// InFlight: a repeat came while the first request ran (409).
 	InFlight Outcome = "in_flight"
@@ -185,11 +262,13 @@ const (
 	LeaseLost Outcome = "lease_lost"
 	// Unkeyed: a request without a key where none is required passed through.
 	Unkeyed Outcome = "unkeyed"
+	// NoClient: Options.Client could not name the request's client (401).
+	NoClient Outcome = "no_client"
 )
 
 // Rejection is an answer the middleware gives instead of the handler's.
 type Rejection struct {
-	// Status is the HTTP status: 400, 409, 413, 422, 500 or 503.
+	// Status is the HTTP status: 400, 401, 409, 413, 422, 500 or 503.
 	Status int
 	// Outcome says why.
 	Outcome Outcome
@@ -226,11 +305,20 @@ func (rej Rejection) WriteProblem(w http.ResponseWriter) {
 }
 
 // RequestFingerprint is the default fingerprint: a SHA-256 of the method,
-// the URL path and the body.
+// the URL path, the raw query (with whether there was a "?") and the body,
+// each prefixed with its length so that no two requests run together.
 func RequestFingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
-	_, _ = io.WriteString(h, r.Method+"\n"+r.URL.Path+"\n")
-	_, _ = h.Write(body)
+	query := ""
+	if r.URL.ForceQuery || r.URL.RawQuery != "" {
+		query = "?" + r.URL.RawQuery
+	}
+	for _, field := range [][]byte{[]byte(r.Method), []byte(r.URL.Path), []byte(query), body} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
+		_, _ = h.Write(n[:])
+		_, _ = h.Write(field)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -250,9 +338,12 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
-	m := &middleware{o: opts, methods: make(map[string]bool, len(opts.Methods))}
+	m := &middleware{o: opts, methods: make(map[string]bool, len(opts.Methods)), release: make(map[int]bool, len(opts.ReleaseStatuses))}
 	for _, meth := range opts.Methods {
 		m.methods[meth] = true
+	}
+	for _, st := range opts.ReleaseStatuses {
+		m.release[st] = true
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
@@ -262,13 +353,14 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 type middleware struct {
 	o       Options
 	methods map[string]bool
+	release map[int]bool
 }
 
-// errServerError is the failure a 5xx response makes of the handler's call:
-// the claim is released.
-type errServerError struct{ status int }
+// errReleased is the failure a 5xx response (or one of ReleaseStatuses)
+// makes of the handler's call: the claim is released.
+type errReleased struct{ status int }
 
-func (e errServerError) Error() string { return fmt.Sprintf("handler answered %d", e.status) }
+func (e errReleased) Error() string { return fmt.Sprintf("handler answered %d", e.status) }
 
 func (m *middleware) observe(r *http.Request, o Outcome) {
 	if m.o.Observe != nil {
@@ -296,10 +388,22 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(w, r)
 		return
 	}
-	key := values[0]
-	if err := m.checkKey(key, len(values)); err != nil {
+	key, err := m.parseKey(values)
+	if err != nil {
 		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: err.Error()})
 		return
+	}
+	storeKey := m.o.Scope(r) + key
+	if m.o.Client != nil {
+		client, err := m.o.Client(r)
+		if err != nil || client == "" {
+			m.reject(w, r, Rejection{Status: http.StatusUnauthorized, Outcome: NoClient, Detail: "the request does not say which client sent it"})
+			return
+		}
+		// A fixed-length tag of the client: its name never reaches the
+		// store, and no client's name can run into its key.
+		tag := sha256.Sum256([]byte(client))
+		storeKey = m.o.Scope(r) + hex.EncodeToString(tag[:16]) + "#" + key
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxRequestBytes))
 	if err != nil {
@@ -315,8 +419,17 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fingerprint := m.o.Fingerprint(r, body)
 
+	// The claim is held (renewed, completed) on a context that the client
+	// going away does not end, bounded by the request's own deadline: the
+	// handler's work, once begun, is finished and stored for the retry.
+	ctx := context.WithoutCancel(r.Context())
+	if deadline, ok := r.Context().Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	var rec *recorder
-	res, err := once.Run(r.Context(), m.o.Store, m.o.Scope(r)+key, once.Options{
+	res, err := once.Run(ctx, m.o.Store, storeKey, once.Options{
 		Owner: m.o.Owner, Fingerprint: fingerprint, Lease: m.o.Lease, Retention: m.o.Retention,
 	}, func(ctx context.Context, c once.Call) (string, error) {
 		rec = &recorder{w: w, max: m.o.MaxResponseBytes}
@@ -324,8 +437,8 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if !rec.wrote {
 			rec.WriteHeader(http.StatusOK)
 		}
-		if rec.status >= 500 {
-			return "", errServerError{rec.status}
+		if rec.status >= 500 || m.release[rec.status] {
+			return "", errReleased{rec.status}
 		}
 		return m.encode(rec)
 	})
@@ -337,12 +450,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.replay(w, r, res.Value)
 	case err == nil:
 		m.observe(r, Executed)
-		if rec.over {
+		if rec.over || rec.tooLarge {
 			log.Warn("response too large to store: repeats of the key will get 500", slog.Int64("body_bytes", rec.size),
 				slog.Int("max_response_bytes", m.o.MaxResponseBytes))
 		}
 	case rec != nil: // the handler ran and wrote its answer; only the claim is left
-		var se errServerError
+		var se errReleased
 		switch {
 		case errors.As(err, &se):
 			m.observe(r, Released)
@@ -370,7 +483,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.reject(w, r, Rejection{Status: http.StatusInternalServerError, Outcome: NotReplayable,
 			Detail: "the request with this " + m.o.Header + " was processed, but its response was too large to store and cannot be replayed"})
 	case errors.Is(err, claimstore.ErrInvalidKey):
-		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: "the " + m.o.Header + " is too long"})
+		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: "the " + m.o.Header + " is too long or not valid UTF-8"})
 	default:
 		log.Error("claim store failed", slog.Any("error", err))
 		m.reject(w, r, Rejection{Status: http.StatusServiceUnavailable, Outcome: StoreFailed, RetryAfter: m.o.RetryAfter,
@@ -378,12 +491,60 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 }
 
-// checkKey reports what is wrong with a key sent n times.
-func (m *middleware) checkKey(key string, n int) error {
+// parseKey returns the key in the header's values, or what is wrong with
+// it. The draft defines the header as a Structured Field string ("..."),
+// parsed as RFC 8941 says; a bare value is taken as it is, because clients
+// written before the draft send bare UUIDs, and a quoted key and the same
+// key bare are one key.
+func (m *middleware) parseKey(values []string) (string, error) {
+	h := m.o.Header
+	if len(values) > 1 {
+		return "", fmt.Errorf("the %s header is sent %d times", h, len(values))
+	}
+	key := values[0]
+	if strings.HasPrefix(key, `"`) {
+		var err error
+		if key, err = parseSFString(key); err != nil {
+			return "", fmt.Errorf("the %s is not a valid structured-field string: %w", h, err)
+		}
+		if key == "" {
+			return "", fmt.Errorf("the %s is empty", h)
+		}
+	}
+	return key, m.checkKey(key)
+}
+
+// parseSFString parses an RFC 8941 sf-string: printable ASCII between
+// double quotes, with \" and \\ the only escapes.
+func parseSFString(v string) (string, error) {
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(v) || v[i] != '"' && v[i] != '\\' {
+				return "", errors.New("a backslash escapes only \" and \\")
+			}
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", errors.New("characters after the closing quote")
+			}
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("byte 0x%02x is not printable ASCII", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", errors.New("no closing quote")
+}
+
+// checkKey reports what is wrong with a key.
+func (m *middleware) checkKey(key string) error {
 	h := m.o.Header
 	switch {
-	case n > 1:
-		return fmt.Errorf("the %s header is sent %d times", h, n)
 	case len(key) > m.o.MaxKeyBytes:
 		return fmt.Errorf("the %s is %d bytes, more than %d", h, len(key), m.o.MaxKeyBytes)
 	case !utf8.ValidString(key):
@@ -412,29 +573,41 @@ type response struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
-	// TooLarge says that the body, of BodyBytes, was over MaxResponseBytes
+	// TooLarge says that the response, of BodyBytes with its stored
+	// headers, was over MaxResponseBytes
 	// and was not stored: the response cannot be replayed.
 	TooLarge  bool  `json:"too_large,omitempty"`
 	BodyBytes int64 `json:"body_bytes,omitempty"`
 }
 
+// maxEncodedBytes bounds a stored response as encoded (JSON, the body in
+// base64), under DynamoDB's 400 KB item with the claim's own attributes.
+const maxEncodedBytes = 360 << 10
+
+// encode is rec as stored: its status, stored headers and body, or, when
+// the headers and body together are over MaxResponseBytes, a marker that
+// the response was too large to store.
 func (m *middleware) encode(rec *recorder) (string, error) {
 	resp := response{Status: rec.status, Header: http.Header{}}
+	size := rec.size
 	for _, name := range m.o.StoredHeaders {
 		if vs := rec.header.Values(name); len(vs) > 0 {
-			resp.Header[http.CanonicalHeaderKey(name)] = vs
+			name = http.CanonicalHeaderKey(name)
+			resp.Header[name] = vs
+			for _, v := range vs {
+				size += int64(len(name) + len(v))
+			}
 		}
 	}
-	if rec.over {
-		resp.TooLarge, resp.BodyBytes = true, rec.size
-	} else {
+	if !rec.over && size <= int64(m.o.MaxResponseBytes) {
 		resp.Body = rec.body.Bytes()
+		if b, err := json.Marshal(resp); err != nil || len(b) <= maxEncodedBytes {
+			return string(b), err
+		}
 	}
-	b, err := json.Marshal(resp)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
+	rec.tooLarge = true
+	b, err := json.Marshal(response{Status: rec.status, TooLarge: true, BodyBytes: size})
+	return string(b), err
 }
 
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, stored string) {
@@ -446,7 +619,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, stored strin
 	}
 	if resp.TooLarge {
 		m.reject(w, r, Rejection{Status: http.StatusInternalServerError, Outcome: NotReplayable,
-			Detail: fmt.Sprintf("the request with this %s was processed, but its response (%d bytes, more than the %d stored) cannot be replayed",
+			Detail: fmt.Sprintf("the request with this %s was processed, but its response (%d bytes with its headers, more than the %d stored) cannot be replayed",
 				m.o.Header, resp.BodyBytes, m.o.MaxResponseBytes)})
 		return
 	}
@@ -470,6 +643,8 @@ type recorder struct {
 	body   bytes.Buffer
 	size   int64
 	over   bool
+	// tooLarge: the response, headers and body, was too large to store.
+	tooLarge bool
 }
 
 // Header implements http.ResponseWriter.

@@ -85,17 +85,27 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = fmt.Fprintf(w, `{"order":%d,"token":%d,"request":%q}`, n, c.Token, body)
 }
 
-func serve(t *testing.T, s claimstore.Store, opts idempotency.Options, h *api) *api {
+// middleware returns the middleware for opts on s, in a fresh scope.
+func middleware(t *testing.T, s claimstore.Store, opts idempotency.Options) func(http.Handler) http.Handler {
 	t.Helper()
 	opts.Store = s
 	opts.Logger = slog.New(slog.DiscardHandler)
 	if opts.Scope == nil {
 		opts.Scope = idempotency.Prefix(awstest.Name("orders") + "#") // a fresh scope: tests share the table
 	}
+	if opts.Client == nil && !opts.SharedKeys {
+		opts.Client = idempotency.AuthorizationHash
+	}
 	mw, err := idempotency.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mw
+}
+
+func serve(t *testing.T, s claimstore.Store, opts idempotency.Options, h *api) *api {
+	t.Helper()
+	mw := middleware(t, s, opts)
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", mw(h))
 	h.srv = httptest.NewServer(mux)
@@ -119,6 +129,7 @@ func post(t *testing.T, srv *httptest.Server, key, body string) reply {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	req.Header.Set("Authorization", "Bearer alice")
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -293,16 +304,18 @@ func TestResponseTooLargeToStoreIsRefusedClearly(t *testing.T) {
 			t.Fatalf("repeat body %q: %v", r.body, err)
 		}
 		if r.status != http.StatusInternalServerError || problem.Status != 500 ||
-			!strings.Contains(problem.Detail, "(1001 bytes, more than the 1000 stored) cannot be replayed") {
+			!strings.Contains(problem.Detail, "(1046 bytes with its headers, more than the 1000 stored) cannot be replayed") {
 			t.Errorf("repeat = %d %+v, want 500 saying the response was too large to replay", r.status, problem)
 		}
 		if n := a.runs.Load(); n != 1 {
 			t.Errorf("handler ran %d times, want 1: a response too large to store is no reason to run again", n)
 		}
-		// At the limit it is stored.
-		b := serve(t, s, idempotency.Options{MaxResponseBytes: 1000}, &api{size: 1000})
+		// At the limit it is stored: 955 bytes of body, and 45 of the
+		// stored headers' names and values (Content-Type: application/json,
+		// Location: /orders/1).
+		b := serve(t, s, idempotency.Options{MaxResponseBytes: 1000}, &api{size: 955})
 		post(t, b.srv, "k", `{}`)
-		if r := post(t, b.srv, "k", `{}`); !r.replayed || len(r.body) != 1000 {
+		if r := post(t, b.srv, "k", `{}`); !r.replayed || len(r.body) != 955 {
 			t.Errorf("repeat of a 1000-byte answer = %d replayed %v with %d bytes, want it replayed", r.status, r.replayed, len(r.body))
 		}
 	})
@@ -329,8 +342,8 @@ func TestReplaySurvivesARestart(t *testing.T) {
 func TestScopesKeepKeysApart(t *testing.T) {
 	t.Parallel()
 	s := memory.New(memory.Config{})
-	a := serve(t, s, idempotency.Options{Scope: idempotency.Prefix("tenant-a#")}, &api{})
-	b := serve(t, s, idempotency.Options{Scope: idempotency.Prefix("tenant-b#")}, &api{})
+	a := serve(t, s, idempotency.Options{Scope: idempotency.Prefix("tenant-a#"), SharedKeys: true}, &api{})
+	b := serve(t, s, idempotency.Options{Scope: idempotency.Prefix("tenant-b#"), SharedKeys: true}, &api{})
 	post(t, a.srv, "k", `{}`)
 	if r := post(t, b.srv, "k", `{"other":1}`); r.status != http.StatusCreated || r.replayed {
 		t.Errorf("the same key in another scope = %+v, want its own run", r)
@@ -343,7 +356,7 @@ func TestScopesKeepKeysApart(t *testing.T) {
 func TestUnkeyedAndOtherMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	h := &api{}
-	mw, err := idempotency.New(idempotency.Options{Store: memory.New(memory.Config{})})
+	mw, err := idempotency.New(idempotency.Options{Store: memory.New(memory.Config{}), Client: idempotency.AuthorizationHash})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +382,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	if err == nil {
 		t.Fatal("New accepted bad options")
 	}
-	for _, want := range []string{"Store is required", "MaxResponseBytes", "MaxKeyBytes"} {
+	for _, want := range []string{"Store is required", "MaxResponseBytes", "MaxKeyBytes", "Client is required"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

@@ -155,7 +155,16 @@ func TestClaimsCommands(t *testing.T) {
 	if r := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID)); r["status"] != "IN_PROGRESS" {
 		t.Fatalf("refused release changed the row: %v", r)
 	}
-	out := e.mustCommand(withPrefix, "claims", "release", stuck.PaymentID, "-yes")
+	// release: refused while the lease lives, for the holder may still be
+	// working: the next delivery would run beside it.
+	code, _, stderr = e.command(withPrefix, "claims", "release", stuck.PaymentID, "-yes")
+	if code != 1 || !strings.Contains(stderr, "lease") || !strings.Contains(stderr, "-force") {
+		t.Fatalf("claims release -yes of a live lease: exit %d, stderr %q; want 1, saying the lease is live and -force overrides", code, stderr)
+	}
+	if r := e.claim(prefix + stuck.PaymentID); r["status"] != "IN_PROGRESS" {
+		t.Fatalf("refused release changed the row: %v", r)
+	}
+	out := e.mustCommand(withPrefix, "claims", "release", stuck.PaymentID, "-yes", "-force")
 	if !strings.Contains(out, "status IN_PROGRESS -> RELEASED") {
 		t.Errorf("claims release printed %q, want the change", out)
 	}

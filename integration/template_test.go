@@ -174,6 +174,26 @@ func TestTemplateFunction(t *testing.T) {
 	}
 }
 
+// TestTemplateProviderKeyIsASecret: the provider's API key is never a
+// value in the template (where it would be plaintext in the function's
+// configuration and the stack's history): the function reads it from a
+// Secrets Manager secret at start.
+func TestTemplateProviderKeyIsASecret(t *testing.T) {
+	t.Parallel()
+	d := tmplLoad(t)
+	vars := tmplMap(t, tmplMap(t, tmplMap(t, d.function(t)["Properties"])["Environment"])["Variables"])
+	if v, ok := vars["PROVIDER_API_KEY"]; ok {
+		t.Errorf("Function environment has PROVIDER_API_KEY = %v: a plaintext secret", v)
+	}
+	if path := tmplFind(map[string]any(d), "resolve:secretsmanager"); path != "" {
+		t.Errorf("template resolves a secret at %s: a dynamic reference in an environment variable is plaintext in the function's configuration", path)
+	}
+	id, secret := d.providerKeySecret(t)
+	if typ := tmplString(t, secret["Type"]); typ != "AWS::SecretsManager::Secret" {
+		t.Errorf("PROVIDER_API_KEY_SECRET names %s, a %s; want an AWS::SecretsManager::Secret", id, typ)
+	}
+}
+
 // TestTemplateClaimRetention: claims are remembered longer than any copy of
 // a message can come back, by the worker's own rules.
 func TestTemplateClaimRetention(t *testing.T) {
@@ -249,7 +269,9 @@ func TestTemplateIAM(t *testing.T) {
 	if !ok {
 		t.Fatalf("Function LoggingConfig.LogGroup = %v, want !Ref <log group>", props["LoggingConfig"])
 	}
+	secretID, _ := d.providerKeySecret(t)
 	want := map[string][]string{
+		secretID: {"secretsmanager:GetSecretValue"},
 		tableID:  tmplStoreActions(),
 		queueID:  {"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"},
 		dlqID:    {"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"},
@@ -277,6 +299,9 @@ func TestTemplateIAM(t *testing.T) {
 					continue
 				}
 				id, ok := tmplGetAtt(r, "Arn")
+				if ref, isRef := tmplRef(r); !ok && isRef && tmplString(t, d.resource(t, ref)["Type"]) == "AWS::SecretsManager::Secret" {
+					id, ok = ref, true // a secret's Ref is its ARN; it has no Arn attribute
+				}
 				if !ok {
 					t.Errorf("%s: Resource %v, want !GetAtt <resource>.Arn", where, r)
 					continue
@@ -558,6 +583,18 @@ func (d tmplDoc) deadLetterQueue(t *testing.T, queue map[string]any) (string, ma
 	id, ok := tmplGetAtt(target, "Arn")
 	if !ok {
 		t.Fatalf("deadLetterTargetArn = %v, want !GetAtt <queue>.Arn", target)
+	}
+	return id, d.resource(t, id)
+}
+
+// providerKeySecret returns the secret the function's
+// PROVIDER_API_KEY_SECRET names.
+func (d tmplDoc) providerKeySecret(t *testing.T) (string, map[string]any) {
+	t.Helper()
+	vars := tmplMap(t, tmplMap(t, tmplMap(t, d.function(t)["Properties"])["Environment"])["Variables"])
+	id, ok := tmplRef(vars["PROVIDER_API_KEY_SECRET"])
+	if !ok {
+		t.Fatalf("PROVIDER_API_KEY_SECRET = %v, want !Ref <secret>", vars["PROVIDER_API_KEY_SECRET"])
 	}
 	return id, d.resource(t, id)
 }

@@ -134,6 +134,11 @@ func (c Config) validate() error {
 	if strings.TrimSpace(c.BaseURL) == "" {
 		errs = append(errs, errors.New("BaseURL is required"))
 	} else if u, err := url.Parse(c.BaseURL); err != nil {
+		// url.Error quotes the whole URL, password and all: say only what is wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		errs = append(errs, fmt.Errorf("BaseURL is not a URL: %w", err))
 	} else {
 		if u.Scheme != "http" && u.Scheme != "https" {

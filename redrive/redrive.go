@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -50,6 +51,49 @@ type Options struct {
 	// Progress, if set, is called after each batch with the number of
 	// messages done so far. Defaults to nil.
 	Progress func(done int)
+	// Reasons, if set, selects the messages Move moves: those whose
+	// DeadLetterReason contains one of these (NoReason matches the messages
+	// without one). The rest stay in the dead-letter queue. Defaults to
+	// nil: every reason.
+	Reasons []string
+	// ExcludeReasons leaves in the dead-letter queue the messages whose
+	// DeadLetterReason contains one of these, such as those that must be
+	// reconciled rather than retried. Defaults to nil.
+	ExcludeReasons []string
+	// Depth, if positive, stops Move once it has received this many
+	// distinct messages: the dead-letter queue's depth when it started, so
+	// that messages dead-lettered while it runs wait for the next run.
+	// Defaults to 0: until the queue reads empty.
+	Depth int
+	// MaxBatchBytes bounds the size of one send (bodies and message
+	// attributes): a batch over SQS's limit fails whole. Defaults to
+	// 256 KiB, within every SQS limit; a larger message is sent alone.
+	MaxBatchBytes int
+}
+
+// selects reports whether a message with DeadLetterReason reason is to be moved.
+func (o Options) selects(reason string) bool {
+	for _, x := range o.ExcludeReasons {
+		if strings.Contains(reason, x) {
+			return false
+		}
+	}
+	if len(o.Reasons) == 0 {
+		return true
+	}
+	for _, r := range o.Reasons {
+		if strings.Contains(reason, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func (o Options) maxBatchBytes() int {
+	if o.MaxBatchBytes <= 0 {
+		return 256 << 10
+	}
+	return o.MaxBatchBytes
 }
 
 func (o Options) visibility() int32 {
@@ -187,17 +231,34 @@ type Result struct {
 	// deleted ones are in both queues, unsent ones still in the dead-letter
 	// queue, visible again.
 	Failed int
+	// Left counts messages Options.Reasons or ExcludeReasons left in the
+	// dead-letter queue, visible again when Move returns.
+	Left int
+	// CameBack says that Move stopped because a message it had moved was
+	// back in the dead-letter queue (dead-lettered again while it ran).
+	CameBack bool
 }
 
 // Move moves the dead-letter queue's messages (at most o.Max) to the source
-// queue, ten at a time: each batch is sent, then the sent messages deleted.
-// Cancelling ctx stops after the batch in flight, which is finished (within
-// 30 seconds) so that it is not moved twice.
+// queue, up to ten at a time and at most o.MaxBatchBytes a send: each batch
+// is sent, then the sent messages deleted. Messages the reason filters do
+// not select are left, visible again when Move returns. Move stops when the
+// queue reads empty, after o.Depth distinct messages, or when a message it
+// moved comes back (dead-lettered again while it runs: moving it again
+// would chase it for ever). Cancelling ctx stops after the batch in flight,
+// which is finished (within 30 seconds) so that it is not moved twice.
 func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Result, error) {
 	var r Result
+	seen := map[string]bool{}          // DLQ message ids received
+	moved := map[string]bool{}         // moved messages: original ids and the ids they were sent with
+	left := map[string]types.Message{} // not selected, held hidden until Move returns
+	defer func() { release(api, dlqURL, values(left)) }()
 	for o.Max == 0 || r.Moved+r.Failed < o.Max {
 		if err := ctx.Err(); err != nil {
 			return r, err
+		}
+		if o.Depth > 0 && len(seen) >= o.Depth {
+			return r, nil
 		}
 		ms, err := receive(ctx, api, dlqURL, o.batch(r.Moved+r.Failed), o.visibility())
 		if err != nil {
@@ -206,22 +267,97 @@ func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Re
 		if len(ms) == 0 {
 			return r, nil
 		}
-		moved, err := moveBatch(api, sourceURL, dlqURL, ms)
-		r.Moved += moved
-		r.Failed += len(ms) - moved
+		var take, back []types.Message
+		fresh := 0
+		for _, m := range ms {
+			id := aws.ToString(m.MessageId)
+			switch {
+			case moved[id] || moved[originalID(m)]:
+				back = append(back, m)
+			case seen[id]: // left earlier, visible again after a long run
+				left[id] = m
+			default:
+				seen[id] = true
+				fresh++
+				if o.selects(reasonOf(m)) {
+					take = append(take, m)
+				} else {
+					left[id] = m
+					r.Left++
+				}
+			}
+		}
+		release(api, dlqURL, back)
+		for len(take) > 0 {
+			n := sizedBatch(take, o.maxBatchBytes())
+			ids, err := moveBatch(api, sourceURL, dlqURL, take[:n])
+			for _, m := range take[:n] {
+				moved[originalID(m)] = true
+			}
+			for _, id := range ids {
+				moved[id] = true
+			}
+			r.Moved += len(ids)
+			r.Failed += n - len(ids)
+			take = take[n:]
+			if err != nil {
+				release(api, dlqURL, take)
+				r.Failed += len(take)
+				return r, err
+			}
+		}
 		if o.Progress != nil {
 			o.Progress(r.Moved)
 		}
-		if err != nil {
-			return r, err
+		if len(back) > 0 {
+			r.CameBack = true
+			return r, nil
+		}
+		if fresh == 0 {
+			return r, nil // only messages seen before: nothing new is in reach
 		}
 	}
 	return r, nil
 }
 
-// moveBatch sends ms to the source queue and deletes the ones sent. Unsent
-// ones are made visible again.
-func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) (int, error) {
+// originalID is the id m first arrived with: its OriginalIDAttribute, or
+// its own id.
+func originalID(m types.Message) string {
+	if v, ok := m.MessageAttributes[OriginalIDAttribute]; ok && aws.ToString(v.StringValue) != "" {
+		return aws.ToString(v.StringValue)
+	}
+	return aws.ToString(m.MessageId)
+}
+
+func values(ms map[string]types.Message) []types.Message {
+	out := make([]types.Message, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m)
+	}
+	return out
+}
+
+// sizedBatch returns how many of ms, from the first, one send takes: at
+// most ten, and at most maxBytes of bodies and attributes (one at least).
+func sizedBatch(ms []types.Message, maxBytes int) int {
+	total := 0
+	for i, m := range ms {
+		size := len(aws.ToString(m.Body))
+		for k, v := range Attributes(m) {
+			size += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+		}
+		if i == 10 || i > 0 && total+size > maxBytes {
+			return i
+		}
+		total += size
+	}
+	return len(ms)
+}
+
+// moveBatch sends ms to the source queue and deletes the ones sent,
+// returning the ids the moved messages were sent with. Unsent ones are
+// made visible again.
+func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	entries := make([]types.SendMessageBatchRequestEntry, len(ms))
@@ -237,12 +373,14 @@ func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) (int, erro
 	out, err := api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(sourceURL), Entries: entries})
 	if err != nil {
 		release(api, dlqURL, ms)
-		return 0, fmt.Errorf("send to %s: %w", sourceURL, err)
+		return nil, fmt.Errorf("send to %s: %w", sourceURL, err)
 	}
 	var sent, unsent []types.Message
+	sentAs := map[string]string{} // DLQ receipt handle -> the id it was sent with
 	for _, s := range out.Successful {
 		i, _ := strconv.Atoi(aws.ToString(s.Id))
 		sent = append(sent, ms[i])
+		sentAs[aws.ToString(ms[i].ReceiptHandle)] = aws.ToString(s.MessageId)
 	}
 	for _, f := range out.Failed {
 		i, _ := strconv.Atoi(aws.ToString(f.Id))
@@ -250,7 +388,7 @@ func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) (int, erro
 	}
 	release(api, dlqURL, unsent)
 	if len(sent) == 0 {
-		return 0, firstFailure(out.Failed)
+		return nil, firstFailure(out.Failed)
 	}
 	del := make([]types.DeleteMessageBatchRequestEntry, len(sent))
 	for i, m := range sent {
@@ -258,9 +396,13 @@ func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) (int, erro
 	}
 	dout, err := api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(dlqURL), Entries: del})
 	if err != nil {
-		return 0, fmt.Errorf("delete from %s after sending %d (they are in both queues; the claims absorb the duplicates): %w", dlqURL, len(sent), err)
+		return nil, fmt.Errorf("delete from %s after sending %d (they are in both queues; the claims absorb the duplicates): %w", dlqURL, len(sent), err)
 	}
-	moved := len(dout.Successful)
+	moved := make([]string, 0, len(dout.Successful))
+	for _, d := range dout.Successful {
+		i, _ := strconv.Atoi(aws.ToString(d.Id))
+		moved = append(moved, sentAs[aws.ToString(sent[i].ReceiptHandle)])
+	}
 	if len(dout.Failed) > 0 {
 		return moved, fmt.Errorf("delete from %s: %d of %d failed after sending (in both queues): %s", dlqURL, len(dout.Failed), len(sent), aws.ToString(dout.Failed[0].Message))
 	}

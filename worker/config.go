@@ -31,7 +31,8 @@ type Config struct {
 	// Decoder validates a message and chooses its idempotency key. Defaults
 	// to KeyFromMessageID.
 	Decoder Decoder
-	// Concurrency is how many messages are processed at once. Defaults to 16.
+	// Concurrency is how many messages are processed at once, at most
+	// MaxConcurrency. Defaults to 16.
 	Concurrency int
 	// Pollers is how many long polls run at once. Defaults to one per ten
 	// of Concurrency, at least one.
@@ -111,6 +112,13 @@ type Config struct {
 	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
 }
+
+// MaxConcurrency is the most messages (or Lambda records) a worker
+// processes at once. Each is a goroutine with its own heartbeat, and every
+// ten a long poll: far above what one process's CPU, connections and the
+// provider can serve, a larger number only multiplies leases that lapse
+// while messages wait their turn. Scale out with more workers instead.
+const MaxConcurrency = 1000
 
 // setDefaults fills the fields that do not depend on the queue.
 func (c *Config) setDefaults() {
@@ -200,8 +208,8 @@ func (c *Config) validate() error {
 	if c.Handler == nil {
 		errs = append(errs, errors.New("Handler is required"))
 	}
-	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("Concurrency %d: must be at least 1", c.Concurrency))
+	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
+		errs = append(errs, fmt.Errorf("Concurrency %d: must be 1 to %d", c.Concurrency, MaxConcurrency))
 	}
 	if c.Pollers < 1 {
 		errs = append(errs, fmt.Errorf("Pollers %d: must be at least 1", c.Pollers))

@@ -117,8 +117,8 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.Handler == nil {
 		errs = append(errs, errors.New("Handler is required"))
 	}
-	if cfg.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("Concurrency %d: must be at least 1", cfg.Concurrency))
+	if cfg.Concurrency < 1 || cfg.Concurrency > MaxConcurrency {
+		errs = append(errs, fmt.Errorf("Concurrency %d: must be 1 to %d", cfg.Concurrency, MaxConcurrency))
 	}
 	if cfg.QueueURL != "" && cfg.SQS == nil {
 		errs = append(errs, errors.New("SQS is required with QueueURL"))

@@ -20,8 +20,10 @@ import (
 //   - GET /healthz: 200 "ok" while the process serves at all (liveness).
 //   - GET /readyz: 200 "ready" once Run is polling, until Run's context
 //     ends, while Health is nil; otherwise 503 with the reason ("starting",
-//     "stopping", the open breaker's dependency and last error, or the
-//     clock skew). A load
+//     "stopping", which dependency's breaker is open, or the clock skew).
+//     The dependency's last error is logged when the breaker opens, never
+//     served: the endpoint is unauthenticated, and an AWS error names
+//     accounts and roles. A load
 //     balancer or orchestrator takes an unready worker out of rotation; it
 //     is not a reason to restart it.
 //
@@ -64,7 +66,13 @@ func (w *Worker) readiness() error {
 		return errStopping
 	default:
 	}
-	return w.Health()
+	if err := w.proc.skew.err(); err != nil {
+		return err
+	}
+	if open, dep, _ := w.proc.breaker.state(); open {
+		return fmt.Errorf("breaker open: %s keeps failing", dep)
+	}
+	return nil
 }
 
 var (

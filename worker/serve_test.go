@@ -42,8 +42,11 @@ func TestHTTPHandler(t *testing.T) {
 	}{
 		{"starting", func() {}, http.StatusServiceUnavailable, "not ready: starting"},
 		{"polling", func() { close(w.ready) }, http.StatusOK, "ready"},
-		{"breaker open", func() { w.proc.breaker.failure("provider", errors.New("connection refused")) },
-			http.StatusServiceUnavailable, "not ready: breaker open: provider keeps failing: connection refused"},
+		// The dependency's error stays in the log: an unauthenticated
+		// endpoint must not tell a stranger which account and role failed.
+		{"breaker open", func() {
+			w.proc.breaker.failure("claim store", errors.New("AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/worker/i-0abc is not authorized to perform: dynamodb:UpdateItem"))
+		}, http.StatusServiceUnavailable, "not ready: breaker open: claim store keeps failing"},
 		{"breaker closed", func() { w.proc.breaker.success() }, http.StatusOK, "ready"},
 		{"stopping", func() { close(w.stop) }, http.StatusServiceUnavailable, "not ready: stopping"},
 	}

@@ -248,6 +248,19 @@ func cases(opts Options) []testCase {
 			}
 			h.wantOutcome(h.acquire(justFits, "w"), claimstore.Acquired)
 		}},
+		{"invalid_utf8_keys_rejected", func(h *harness, key string) {
+			// A store that turned bad bytes into U+FFFD would make these
+			// one key: the second a duplicate of the first.
+			for _, k := range []string{key + "\xff", key + "\xfe", key + "\xc3"} {
+				if a, err := h.s.Acquire(context.Background(), h.params(k, "w")); !errors.Is(err, claimstore.ErrInvalidKey) {
+					h.t.Errorf("Acquire(%q): %+v, err = %v, want ErrInvalidKey", k, a.Outcome, err)
+				}
+				if _, err := h.s.Get(context.Background(), k); !errors.Is(err, claimstore.ErrInvalidKey) {
+					h.t.Errorf("Get(%q): err = %v, want ErrInvalidKey", k, err)
+				}
+			}
+			h.wantOutcome(h.acquire(key+"\u00e9", "w"), claimstore.Acquired)
+		}},
 		{"invalid_params_rejected", func(h *harness, key string) {
 			p := h.params(key, "w")
 			p.LeaseUntil = h.clock.Now().Add(-time.Second)

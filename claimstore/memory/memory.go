@@ -1,7 +1,10 @@
 // Package memory is an in-process claimstore.Store: one map behind a mutex.
 // It has the same semantics as the DynamoDB store (it passes the same
-// conformance suite) and is meant for unit tests, the demo and single-process
-// tools; claims do not survive the process.
+// conformance suite) and is meant for unit tests, the demo, development and
+// single-process tools: claims do not survive the process, and two
+// processes do not share them. Expired rows are dropped as new keys come
+// (as DynamoDB's TTL drops them), and Config.MaxClaims bounds the rows, so
+// that a stream of unique keys cannot grow the process without bound.
 package memory
 
 import (
@@ -24,6 +27,10 @@ type Config struct {
 	// Now is the store's clock: it stamps first_at and judges whether a
 	// lease has ended (a takeover). Defaults to time.Now.
 	Now func() time.Time
+	// MaxClaims, if positive, is the most rows the store holds: a new key
+	// when as many live claims are held fails with ErrFull. Defaults to 0,
+	// no bound beyond expiry.
+	MaxClaims int
 }
 
 // Store is an in-memory claimstore.Store, safe for concurrent use.
@@ -33,6 +40,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	claims map[string]claimstore.Claim
+	// maxClaims is Config.MaxClaims; sweepAt is the row count at which
+	// expired rows are next dropped (expiry.go).
+	maxClaims, sweepAt int
 }
 
 // New returns an empty Store.
@@ -41,7 +51,7 @@ func New(cfg Config) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{prefix: cfg.KeyPrefix, now: now, claims: make(map[string]claimstore.Claim)}
+	return &Store{prefix: cfg.KeyPrefix, now: now, claims: make(map[string]claimstore.Claim), maxClaims: cfg.MaxClaims, sweepAt: minSweep}
 }
 
 // Acquire implements claimstore.Store.
@@ -60,6 +70,9 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	defer s.mu.Unlock()
 	old, ok := s.claims[p.Key]
 	if !ok {
+		if err := s.makeRoom(now); err != nil {
+			return claimstore.Acquisition{}, err
+		}
 		c := claimstore.NewClaim(p, now)
 		s.claims[p.Key] = c
 		return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil

@@ -28,7 +28,7 @@ type claimsCommand struct {
 func claimsCommands() map[string]claimsCommand {
 	return map[string]claimsCommand{
 		"get":      {"print the claim as JSON", false, claimsGet},
-		"release":  {"release a stuck IN_PROGRESS claim: the next delivery takes it over now", true, claimsRelease},
+		"release":  {"release a stuck IN_PROGRESS claim whose lease has run out (-force: even while it lives): the next delivery takes it over now", true, claimsRelease},
 		"complete": {"mark a claim COMPLETED with -result, after a manual reconciliation", true, claimsComplete},
 		"forget":   {"delete a COMPLETED claim: the key's next delivery runs the work again", true, claimsForget},
 	}
@@ -58,6 +58,7 @@ type claimsEnv struct {
 	prefix    string
 	result    string
 	retention time.Duration
+	force     bool // release a claim whose lease is still live
 	now       func() time.Time
 }
 
@@ -83,6 +84,10 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	if sub.destructive {
 		yes = s.fs.Bool("yes", false, "confirm the change")
 	}
+	var force *bool
+	if args[0] == "release" {
+		force = s.fs.Bool("force", false, "release even while the lease lives (the holder must be known dead: the next delivery runs at once)")
+	}
 	var result *string
 	var retention *time.Duration
 	if args[0] == "complete" {
@@ -103,7 +108,7 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	if err := require(*table, "claim-table", "CLAIM_TABLE"); err != nil {
 		return err
 	}
-	c := &claimsEnv{io: io, table: *table, prefix: *prefix, now: time.Now}
+	c := &claimsEnv{io: io, table: *table, prefix: *prefix, now: time.Now, force: force != nil && *force}
 	if result != nil {
 		if *result == "" {
 			return usagef("%s: -result is required", name)
@@ -146,6 +151,7 @@ func parseWithKey(s *settings, args []string) (string, error) {
 		keys = append(keys, s.fs.Arg(0))
 		args = s.fs.Args()[1:]
 	}
+	s.applyEnv()
 	switch len(keys) {
 	case 0:
 		return "", usagef("%s: KEY is required", name)
@@ -222,6 +228,16 @@ func claimsGet(ctx context.Context, c *claimsEnv, key string) error {
 }
 
 func claimsRelease(ctx context.Context, c *claimsEnv, key string) error {
+	if !c.force {
+		cl, err := c.store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if left := cl.LeaseUntil.Sub(c.now()); cl.Status == claimstore.StatusInProgress && left > 0 {
+			return fmt.Errorf("claim %q is held by %s (token %d) for %s more: its holder may still be working, and releasing it now lets the next delivery run beside it; wait until lease_left is 0, or pass -force if the holder is known dead; nothing changed",
+				key, cl.Owner, cl.Token, left.Round(time.Second))
+		}
+	}
 	before, err := c.store.ForceRelease(ctx, key)
 	if err != nil {
 		return wrongState(err, before, "only an IN_PROGRESS claim can be released")

@@ -23,8 +23,8 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if err := s.Parse(nil); err != nil {
 		return err
 	}
-	if *concurrency < 1 {
-		return usagef("WORKER_CONCURRENCY %d: must be at least 1", *concurrency)
+	if *concurrency < 1 || *concurrency > worker.MaxConcurrency {
+		return usagef("WORKER_CONCURRENCY %d: must be 1 to %d", *concurrency, worker.MaxConcurrency)
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {

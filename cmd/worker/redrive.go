@@ -26,6 +26,9 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 	maxN := s.fs.Int("max", 0, "move (or count) at most this many messages (0: all)")
 	native := s.fs.Bool("native", false, "use SQS's StartMessageMoveTask: faster for big queues, but it keeps DeadLetterReason, "+
 		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; falls back to the loop where unsupported")
+	var reasons, excluded stringList
+	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text (repeatable; \"none\" matches those SQS moved itself)")
+	s.fs.Var(&excluded, "exclude-reason", "leave messages whose DeadLetterReason contains this text in the dead-letter queue (repeatable), e.g. \"reconcile\"")
 	s.fs.Usage = func() {
 		fmt.Fprint(s.fs.Output(), `Usage: worker redrive [flags]
 
@@ -35,6 +38,13 @@ the message attributes except DeadLetterReason, and keeping (or adding)
 OriginalMessageId so that a message_id key survives. An interrupt finishes the
 batch in flight; a crash between send and delete leaves a duplicate, which the
 claim absorbs. -dry-run counts the messages per reason and changes nothing.
+
+It moves at most the messages the dead-letter queue held when it started, and
+stops when a message it moved comes back (dead-lettered again by a running
+worker), so that poison is not chased for ever. -reason and -exclude-reason
+choose what to move by DeadLetterReason: the runbook's rule is not to redrive
+key reuse (-exclude-reason "key reused") or reconcile messages
+(-exclude-reason reconcile).
 
 `)
 		s.fs.PrintDefaults()
@@ -51,6 +61,9 @@ claim absorbs. -dry-run counts the messages per reason and changes nothing.
 	if *native && *maxN > 0 && !*dryRun {
 		return usagef("redrive: -max is not available with -native: SQS's move task moves every message")
 	}
+	if *native && len(reasons)+len(excluded) > 0 && !*dryRun {
+		return usagef("redrive: -reason and -exclude-reason are not available with -native: SQS's move task moves every message")
+	}
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return err
@@ -65,7 +78,7 @@ claim absorbs. -dry-run counts the messages per reason and changes nothing.
 	}
 	depth := approximateDepth(ctx, api, q.DeadLetterURL)
 	prog := newProgress(io.stderr, depth)
-	o := redrive.Options{Max: *maxN, Progress: prog.update}
+	o := redrive.Options{Max: *maxN, Progress: prog.update, Reasons: reasons.match(), ExcludeReasons: excluded.match(), Depth: max(depth, 0)}
 
 	if *dryRun {
 		c, err := redrive.Count(ctx, api, q.DeadLetterURL, o)
@@ -90,7 +103,14 @@ claim absorbs. -dry-run counts the messages per reason and changes nothing.
 	}
 	r, err := redrive.Move(ctx, api, q.URL, q.DeadLetterURL, o)
 	prog.done()
-	fmt.Fprintf(io.stdout, "moved %d messages from %s to %s\n", r.Moved, q.DeadLetterURL, q.URL)
+	fmt.Fprintf(io.stdout, "moved %d messages from %s to %s", r.Moved, q.DeadLetterURL, q.URL)
+	if r.Left > 0 {
+		fmt.Fprintf(io.stdout, "; left %d in the dead-letter queue (-reason, -exclude-reason)", r.Left)
+	}
+	fmt.Fprintln(io.stdout)
+	if r.CameBack {
+		fmt.Fprintln(io.stdout, "stopped: a message it moved was dead-lettered again while it ran; read its DeadLetterReason (worker redrive -dry-run) before moving it again")
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		return errors.New("redrive: interrupted; the batch in flight was finished, the rest are still in the dead-letter queue: run it again to move them")
@@ -194,4 +214,30 @@ func (p *progress) done() {
 		fmt.Fprintln(p.w)
 		p.shown = false
 	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ", ") }
+
+func (l *stringList) Set(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+// match is the list as redrive matches reasons: "none" stands for the
+// messages without a DeadLetterReason.
+func (l stringList) match() []string {
+	out := make([]string, len(l))
+	for i, v := range l {
+		if v == "none" {
+			v = redrive.NoReason
+		}
+		out[i] = v
+	}
+	return out
 }

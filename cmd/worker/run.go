@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,27 +26,30 @@ import (
 
 // appSettings are the settings shared by `worker run` and the Lambda mode.
 type appSettings struct {
-	table, keyPrefix, providerURL, providerKey, keyFrom, logLevel *string
-	retention, providerTimeout, keyLifetime                       *time.Duration
-	providerAttempts                                              *int
-	lookup                                                        *bool
-	ledger                                                        ledgerSettings
+	table, keyPrefix, providerURL, keyFrom, logLevel, providerKeySecret *string
+	providerKey                                                         *secret
+	retention, providerTimeout, keyLifetime                             *time.Duration
+	providerAttempts                                                    *int
+	lookup, allowHTTP                                                   *bool
+	ledger                                                              ledgerSettings
 }
 
 func defineApp(s *settings) *appSettings {
 	return &appSettings{
-		table:            s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)"),
-		keyPrefix:        s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
-		providerURL:      s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
-		providerKey:      s.String("provider-api-key", "PROVIDER_API_KEY", "", "payment provider API key, sent as a bearer token"),
-		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
-		logLevel:         s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
-		retention:        s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
-		providerTimeout:  s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
-		providerAttempts: s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
-		keyLifetime:      s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
-		lookup:           s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
-		ledger:           defineLedger(s),
+		table:             s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)"),
+		keyPrefix:         s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
+		providerURL:       s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
+		allowHTTP:         s.Bool("provider-allow-http", "PROVIDER_ALLOW_HTTP", false, "send the API key over plain http to a host other than loopback (unsafe)"),
+		providerKeySecret: s.String("provider-api-key-secret", "PROVIDER_API_KEY_SECRET", "", "Secrets Manager secret (name or ARN) holding the provider API key, read at start instead of PROVIDER_API_KEY"),
+		providerKey:       s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
+		keyFrom:           s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
+		logLevel:          s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
+		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
+		providerTimeout:   s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
+		providerAttempts:  s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
+		keyLifetime:       s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
+		lookup:            s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
+		ledger:            defineLedger(s),
 	}
 }
 
@@ -87,6 +92,13 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err := require(*a.providerURL, "provider-url", "PROVIDER_URL"); err != nil {
 		return nil, err
 	}
+	if a.providerKey.Value() != "" && *a.providerKeySecret != "" {
+		return nil, usagef("PROVIDER_API_KEY and PROVIDER_API_KEY_SECRET are both set: give the key one way")
+	}
+	hasKey := a.providerKey.Value() != "" || *a.providerKeySecret != ""
+	if err := checkProviderURL(*a.providerURL, hasKey, *a.allowHTTP); err != nil {
+		return nil, err
+	}
 	log, err := a.logger(io)
 	if err != nil {
 		return nil, err
@@ -104,16 +116,27 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
-	client, err := provider.NewClient(provider.Config{
-		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
+	pcfg := provider.Config{
+		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: a.providerKey.Value(),
 		Logger: log,
-	})
+	}
+	client, err := provider.NewClient(pcfg)
 	if err != nil {
 		return nil, usagef("PROVIDER_URL (-provider-url): %v", err)
 	}
 	cfg, tr, store, err := a.claimStore(ctx, io)
 	if err != nil {
 		return nil, err
+	}
+	if *a.providerKeySecret != "" {
+		key, err := readSecret(ctx, secretsmanager.NewFromConfig(cfg), *a.providerKeySecret)
+		if err != nil {
+			return nil, err
+		}
+		pcfg.APIKey = key.Value()
+		if client, err = provider.NewClient(pcfg); err != nil {
+			return nil, usagef("PROVIDER_API_KEY_SECRET: %v", err)
+		}
 	}
 	h := payment.Handler{Provider: client, KeyLifetime: *a.keyLifetime}
 	if *a.lookup {
@@ -221,8 +244,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
 		return err
 	}
-	if *concurrency < 1 {
-		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be at least 1", *concurrency)
+	if *concurrency < 1 || *concurrency > worker.MaxConcurrency {
+		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be 1 to %d; run more workers for more", *concurrency, worker.MaxConcurrency)
 	}
 	if *visibility < 0 || *visibility%time.Second != 0 || *visibility > worker.MaxVisibility {
 		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
@@ -317,4 +340,19 @@ func registerProviderMetrics(reg prometheus.Registerer, c *provider.Client) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
 			func() float64 { return float64(get(c.Stats())) }))
 	}
+}
+
+// checkProviderURL refuses to send an API key in clear over the network: an
+// http:// provider URL with a key must name a loopback host (the fake
+// provider, a local sidecar) unless allowHTTP says otherwise.
+func checkProviderURL(raw string, hasKey, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || !hasKey || allowHTTP {
+		return nil // a URL that does not parse is provider.NewClient's to report
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usagef("PROVIDER_URL (-provider-url): http:// to %s would send PROVIDER_API_KEY in clear; use https, or set PROVIDER_ALLOW_HTTP=true", host)
 }

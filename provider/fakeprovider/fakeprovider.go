@@ -165,6 +165,7 @@ func New(cfg Config) *Server {
 		Required:        true,
 		Methods:         []string{http.MethodPost},
 		Scope:           func(r *http.Request) string { return requestFrom(r.Context()).scope },
+		SharedKeys:      true, // one account: its clients share its keys, as one provider account's do
 		MaxKeyBytes:     provider.MaxKeyBytes,
 		MaxRequestBytes: maxBodyBytes,
 		StoredHeaders:   []string{"Content-Type"},
