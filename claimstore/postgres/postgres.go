@@ -87,7 +87,7 @@ type Store struct {
 // statements are the store's SQL, with the table's name in them, built once.
 type statements struct {
 	acquire, renew, complete, release, get, sweep string
-	forceRelease, forceComplete, forget          string
+	forceRelease, forceComplete, forget           string
 }
 
 // The columns of a row, in the order every statement returns them.
