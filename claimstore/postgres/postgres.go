@@ -359,3 +359,6 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 	}
 	return s.local(x.c, x.now, local), nil
 }
+
+// DB returns the store's connection pool, Config.DB.
+func (s *Store) DB() DB { return s.cfg.DB }
