@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimfirst/claimfirst/ledger"
 	"github.com/claimfirst/claimfirst/internal/pgtest"
+	"github.com/claimfirst/claimfirst/ledger"
 )
 
 // pgLedger is a ledger whose claims and entries are in PostgreSQL.
