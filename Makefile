@@ -44,6 +44,7 @@ bench: ## Measure requests and CPU per message: the protocol alone, then a worke
 	$(GO) test -run '^$$' -bench BenchmarkCost -benchtime 20000x ./integration/
 	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
 	$(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkPostgresClaims -benchtime 5000x ./claimstore/postgres/
+	$(EMULATOR) $(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkWorkerPostgres -benchtime 1000x ./integration/
 
 .PHONY: lambda
 lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.
