@@ -7,6 +7,8 @@ BIN := bin
 GOLANGCI_LINT_VERSION ?= v2.15.0
 TEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 4
 EMULATOR := emulator/with-emulator.sh
+# A throwaway PostgreSQL cluster (or the user's own, when DATABASE_URL is set).
+POSTGRES := emulator/with-postgres.sh
 IMAGE ?= claimfirst-worker
 # The AWS Lambda Runtime Interface Emulator, pinned; the Lambda test runs bootstrap under it.
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
@@ -29,11 +31,11 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: tools cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator.
+test: tools cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator and PostgreSQL.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(GO) test $(TEST_FLAGS) ./...
+	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: bench
 bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
@@ -41,6 +43,8 @@ bench: ## Measure requests and CPU per message: the protocol alone, then a worke
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
 	$(GO) test -run '^$$' -bench BenchmarkCost -benchtime 20000x ./integration/
 	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
+	$(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkPostgresClaims -benchtime 5000x ./claimstore/postgres/
+	$(EMULATOR) $(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkWorkerPostgres -benchtime 1000x ./integration/
 
 .PHONY: lambda
 lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.
@@ -52,7 +56,7 @@ rie: ## Install the Lambda Runtime Interface Emulator into bin/ at the pinned ve
 	@test -x $(BIN)/aws-lambda-rie || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
 .PHONY: tools
-tools: ## Use moto, cfn-lint and the aws CLI from PATH, or install the missing into .venv (requirements-dev.txt).
+tools: ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or install the missing (.venv, Debian's postgresql).
 	@missing=""; \
 	python3 -c 'import moto, werkzeug' 2>/dev/null || $(VENV)/bin/python -c 'import moto, werkzeug' 2>/dev/null || missing=" moto"; \
 	for t in cfn-lint aws; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -60,6 +64,15 @@ tools: ## Use moto, cfn-lint and the aws CLI from PATH, or install the missing i
 		echo "tools: not on PATH:$$missing; installing requirements-dev.txt into $(VENV)"; \
 		python3 -m venv $(VENV) || { echo "tools: python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 3; }; \
 		$(VENV)/bin/pip install --quiet -r requirements-dev.txt || exit 3; \
+	fi
+	@# PostgreSQL's server binaries, for the throwaway cluster of `make test` (unless DATABASE_URL names a server).
+	@if [ -z "$$DATABASE_URL" ] && ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
+			echo "tools: PostgreSQL server not found; installing Debian's postgresql"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql >/dev/null || exit 3; \
+		else \
+			echo "tools: PostgreSQL server (initdb) not found: apt-get install postgresql (Debian/Ubuntu), brew install postgresql, or set DATABASE_URL to a server" >&2; exit 3; \
+		fi; \
 	fi
 
 .PHONY: cfn-lint
@@ -87,6 +100,10 @@ demo: ## Run the experiments on the embedded defaults.
 .PHONY: emulator
 emulator: tools ## Serve the emulator (SQS + DynamoDB) on a free loopback port until Ctrl-C; prints the exports to use it.
 	$(EMULATOR)
+
+.PHONY: postgres
+postgres: tools ## Serve a throwaway PostgreSQL on a free loopback port until Ctrl-C; prints the DATABASE_URL to use it.
+	$(POSTGRES)
 
 .PHONY: clean
 clean: ## Remove build output.

@@ -66,6 +66,10 @@ type Options struct {
 	// NewStore's stores (which must be DynamoDB's), committed together in
 	// real transactions. Defaults to nil: in memory.
 	Ledger *DynamoDBLedger
+	// PostgresLedger, if set, keeps experiment 7's ledger in PostgreSQL, its
+	// claims in NewStore's stores (which must be PostgreSQL's on the same
+	// database), committed together in real transactions. Defaults to nil.
+	PostgresLedger *PostgresLedger
 	// Experiment selects the experiment Run runs, 1 to Experiments. Defaults
 	// to 0: all of them.
 	Experiment int

@@ -159,13 +159,17 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 		c := &clock{}
 		var store claimstore.Store = memory.New(memory.Config{Now: c.Now})
 		var db ledgerDB = newLedger()
-		if opts.Ledger != nil {
+		if opts.Ledger != nil || opts.PostgresLedger != nil {
 			ns := opts.namespace("ledger-" + map[bool]string{false: "write", true: "tx"}[transactional])
 			s, err := opts.NewStore(ctx, ns, c.Now)
 			if err != nil {
 				return LedgerRow{}, err
 			}
-			store, db = s, &dynamoLedger{api: opts.Ledger.Client, table: opts.Ledger.Table, ns: ns}
+			if pl := opts.PostgresLedger; pl != nil {
+				store, db = s, &pgLedger{db: pl.DB, tables: pl.Tables, ns: ns}
+			} else {
+				store, db = s, &dynamoLedger{api: opts.Ledger.Client, table: opts.Ledger.Table, ns: ns}
+			}
 		}
 		b := &broker{workers: opts.Workers, clock: c, progress: opts.progress}
 		var crashed, takeovers, duplicates atomic.Int64

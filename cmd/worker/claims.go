@@ -47,6 +47,7 @@ The changing commands refuse to run without -yes and print what they changed.
 	for _, name := range claimsOrder {
 		fmt.Fprintf(io.stdout, "  %-9s %s\n", name, claimsCommands()[name].summary)
 	}
+	fmt.Fprintf(io.stdout, "  %-9s %s\n", "sweep", "delete claims past their expiry from a PostgreSQL claim table (STORE=postgres; takes no KEY)")
 	fmt.Fprint(io.stdout, "\nRun \"worker claims <command> -h\" for its flags.\n")
 }
 
@@ -72,6 +73,9 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 		claimsUsage(io)
 		return nil
 	}
+	if args[0] == "sweep" {
+		return cmdClaimsSweep(ctx, args[1:], io)
+	}
 	sub, ok := claimsCommands()[args[0]]
 	if !ok {
 		return usagef("claims: unknown command %q: want get, release, complete or forget", args[0])
@@ -80,6 +84,7 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	s := newSettings(name, io)
 	table := s.String("claim-table", "CLAIM_TABLE", "", "DynamoDB claim table (required)")
 	prefix := s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix the worker puts before claim keys")
+	pg := definePostgres(s)
 	var yes *bool
 	if sub.destructive {
 		yes = s.fs.Bool("yes", false, "confirm the change")
@@ -120,6 +125,17 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 		if c.retention < 0 {
 			return usagef("CLAIM_RETENTION (-claim-retention) %s: must not be negative", c.retention)
 		}
+	}
+	if isPG, err := pg.postgres(); err != nil {
+		return err
+	} else if isPG {
+		store, pool, err := pg.postgresStore(ctx, *table, *prefix)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		c.store = store
+		return claimsError(sub.run(ctx, c, key), c, key)
 	}
 	cfg, err := loadAWS(ctx)
 	if err != nil {

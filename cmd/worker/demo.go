@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/claimstore/postgres"
 	"github.com/claimfirst/claimfirst/demo"
 	"github.com/claimfirst/claimfirst/ledger"
 )
@@ -17,7 +18,7 @@ import (
 // cmdDemo runs the experiments of package demo and prints their tables.
 func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("demo", io)
-	store := s.String("store", "", "memory", "claim store for the claim-based rows: memory or dynamodb")
+	store := s.String("store", "", "memory", "claim store for the claim-based rows: memory, dynamodb or postgres (on DATABASE_URL)")
 	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb); experiment 7's ledger goes in <table>-ledger")
 	experiment := s.Int("experiment", "", 0, fmt.Sprintf("experiment to run, 1 to %d (0: all)", demo.Experiments))
 	payments := s.Int("payments", "", 2000, fmt.Sprintf("payments per row, %d to %d", demo.MinPayments, demo.MaxPayments))
@@ -66,8 +67,29 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 			}
 			opts.Ledger = &demo.DynamoDBLedger{Client: client, Table: lt}
 		}
+	case storePostgres:
+		pg := pgSettings{url: new(string), getenv: io.getenv}
+		pool, err := pg.openPool(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if *table == "" {
+			*table = "claimfirst_demo"
+		}
+		if err := postgres.CreateSchema(ctx, pool, *table); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		opts.NewStore = demo.PostgresStores(pool, *table)
+		if *experiment == 0 || *experiment == 7 {
+			pl := demo.PostgresLedger{DB: pool, Tables: *table + "_ledger"}
+			if err := demo.CreatePostgresLedger(ctx, pl); err != nil {
+				return err
+			}
+			opts.PostgresLedger = &pl
+		}
 	default:
-		return usagef("-store %q: want memory or dynamodb", *store)
+		return usagef("-store %q: want memory, dynamodb or postgres", *store)
 	}
 	start := time.Now()
 	if err := demo.Run(ctx, opts, io.stdout); err != nil {

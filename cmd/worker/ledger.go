@@ -21,7 +21,7 @@ type ledgerSettings struct {
 func defineLedger(s *settings) ledgerSettings {
 	return ledgerSettings{
 		handler: s.String("handler", "HANDLER", handlerPayment, "what to do with each message: payment (charge through the provider) or ledger (append an entry to LEDGER_TABLE, committed with the claim)"),
-		table:   s.String("ledger-table", "LEDGER_TABLE", "", "DynamoDB ledger table, for HANDLER=ledger"),
+		table:   s.String("ledger-table", "LEDGER_TABLE", "", "ledger table for HANDLER=ledger: DynamoDB's, or with STORE=postgres the prefix of <name>_entries and <name>_accounts"),
 	}
 }
 
@@ -50,9 +50,11 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	ap := &app{log: log, aws: cfg, tracing: tr, handler: ledger.Handler{Table: *a.ledger.table}, decoder: ledger.Decoder{}}
+	ap.setStore(store)
+	if ap.pg != nil { // the entries go in the claims' database: <LEDGER_TABLE>_entries and _accounts
+		ap.handler = ledger.SQLHandler{Tables: *a.ledger.table}
+	}
 	log.Info("handling ledger entries", slog.String("ledger_table", *a.ledger.table))
-	return &app{
-		log: log, aws: cfg, store: store, tracing: tr,
-		handler: ledger.Handler{Table: *a.ledger.table}, decoder: ledger.Decoder{},
-	}, nil
+	return ap, nil
 }

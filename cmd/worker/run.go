@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
@@ -32,6 +33,7 @@ type appSettings struct {
 	providerAttempts                                                    *int
 	lookup, allowHTTP                                                   *bool
 	ledger                                                              ledgerSettings
+	pg                                                                  pgSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -50,6 +52,7 @@ func defineApp(s *settings) *appSettings {
 		keyLifetime:       s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
 		lookup:            s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
 		ledger:            defineLedger(s),
+		pg:                definePostgres(s),
 	}
 }
 
@@ -57,7 +60,8 @@ func defineApp(s *settings) *appSettings {
 type app struct {
 	log         *slog.Logger
 	aws         aws.Config
-	store       *dynamo.Store
+	store       claimstore.Store
+	pgApp       // STORE=postgres: the pool and the sweeper
 	client      *provider.Client
 	handler     worker.Handler
 	decoder     worker.Decoder
@@ -80,8 +84,12 @@ func (a *app) warnKeyLifetime(q worker.QueueInfo) {
 }
 
 func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
-	if err := require(*a.table, "claim-table", "CLAIM_TABLE"); err != nil {
+	if isPG, err := a.pg.postgres(); err != nil {
 		return nil, err
+	} else if !isPG {
+		if err := require(*a.table, "claim-table", "CLAIM_TABLE"); err != nil {
+			return nil, err
+		}
 	}
 	if isLedger, err := a.ledger.ledger(); isLedger || err != nil {
 		if err != nil {
@@ -138,14 +146,14 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 			return nil, usagef("PROVIDER_API_KEY_SECRET: %v", err)
 		}
 	}
+	ap := &app{log: log, aws: cfg, tracing: tr}
+	ap.setStore(store)
 	h := payment.Handler{Provider: client, KeyLifetime: *a.keyLifetime}
 	if *a.lookup {
 		h.Lookup = client
 	}
-	return &app{
-		log: log, aws: cfg, store: store, client: client, tracing: tr,
-		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
-	}, nil
+	ap.client, ap.handler, ap.decoder, ap.keyLifetime = client, h, payment.Decoder{KeyFrom: keyFrom}, *a.keyLifetime
+	return ap, nil
 }
 
 // logger checks the settings every handler shares (LOG_LEVEL,
@@ -162,11 +170,18 @@ func (a *appSettings) logger(io stdio) (*slog.Logger, error) {
 }
 
 // claimStore loads the AWS configuration (with tracing) and returns the
-// DynamoDB claim store on CLAIM_TABLE.
-func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tracing, *dynamo.Store, error) {
+// claim store on CLAIM_TABLE: DynamoDB's, or PostgreSQL's for STORE=postgres.
+func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tracing, claimstore.Store, error) {
 	cfg, tr, err := loadTracedAWS(ctx, io)
 	if err != nil {
 		return aws.Config{}, nil, nil, err
+	}
+	if isPG, _ := a.pg.postgres(); isPG {
+		store, _, err := a.pg.postgresStore(ctx, *a.table, *a.keyPrefix)
+		if err != nil {
+			return aws.Config{}, nil, nil, err
+		}
+		return cfg, tr, store, nil
 	}
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
@@ -269,6 +284,10 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer ap.tracing.shutdown(ap.log)
+	defer ap.closePool()
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSweep()
+	go ap.sweep(sweepCtx, *a.pg.sweepInterval)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -35,6 +35,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
+	pg := s.fs.Bool("postgres", false, "create the claim table (and the ledger's tables) in PostgreSQL on DATABASE_URL instead of DynamoDB, for STORE=postgres")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -93,10 +94,14 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
+	if *pg {
+		if err := setupPostgres(ctx, s, *table, *ledgerTable); err != nil {
+			return err
+		}
+	} else if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	if *ledgerTable != "" {
+	if *ledgerTable != "" && !*pg {
 		if err := ledger.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *ledgerTable); err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
@@ -104,6 +109,9 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	out := [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}}
 	if *ledgerTable != "" {
 		out = append(out, [2]string{"LEDGER_TABLE", *ledgerTable})
+	}
+	if *pg {
+		out = append(out, [2]string{"STORE", storePostgres})
 	}
 	for _, kv := range out {
 		if *export {

@@ -1,0 +1,50 @@
+package demo_test
+
+import (
+	"testing"
+
+	"github.com/claimfirst/claimfirst/demo"
+	"github.com/claimfirst/claimfirst/internal/pgtest"
+)
+
+// TestRacePostgres runs experiment 1 with claims in PostgreSQL: exactly
+// one charge per payment.
+func TestRacePostgres(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool)
+	const n = 100
+	res, err := demo.Race(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.PostgresStores(pool, table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ClaimFirst.Charges != n || res.ClaimFirst.Deliveries != n+n/20 {
+		t.Errorf("claim first on PostgreSQL: deliveries %d, charges %d; want %d, %d",
+			res.ClaimFirst.Deliveries, res.ClaimFirst.Charges, n+n/20, n)
+	}
+}
+
+// TestLedgerPostgres runs experiment 7 with the claims and the ledger in
+// PostgreSQL: written first and completed after, crashed entries are
+// written twice; in one transaction with the completion, exactly once.
+func TestLedgerPostgres(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool)
+	pl := demo.PostgresLedger{DB: pool, Tables: pgtest.Name("demo_ledger")}
+	if err := demo.CreatePostgresLedger(t.Context(), pl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(t.Context(), "DROP TABLE "+pl.Tables+"_journal, "+pl.Tables+"_balances") })
+	const n = 100
+	res, err := demo.Ledger(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.PostgresStores(pool, table), PostgresLedger: &pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.WriteThenComplete; w.Crashed != n/50 || w.Entries != n+n/50 || w.Double != n/50 || w.BalanceError == 0 {
+		t.Errorf("write, then complete on PostgreSQL: %+v; want %d crashed, %d entries, double %d, balances off", w, n/50, n+n/50, n/50)
+	}
+	if o := res.OneTransaction; o.Crashed != n/50 || o.Entries != n || !o.OK() || o.BalanceError != 0 {
+		t.Errorf("one transaction on PostgreSQL: %+v; want %d crashed, %d entries, ok, balances exact", o, n/50, n)
+	}
+}
