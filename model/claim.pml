@@ -65,6 +65,13 @@
 #endif
 
 #define VIS (LEASE + MARGIN) /* the visibility timeout */
+
+/* an in-progress claim's lease is over by worker w's clock */
+#ifdef MUT_NOLEASEEXPIRY
+#define LEASE_OVER(k) (0)
+#else
+#define LEASE_OVER(k) (rlease[k] <= SK(w))
+#endif
 #define SK(w) ((w) == 1 -> SKEW : 0)
 
 /* Arrays are sized for the largest configuration; unused keys start deleted. */
@@ -175,9 +182,9 @@ inline decide() {
 	:: else ->
 		if
 		:: rexp[k] <= SK(w) -> seen = tok[k]; printf("MSC: w%d finds row past expires_at, token %d\n", w, seen); goto take /* past expires_at: counts as absent */
-		:: rexp[k] > SK(w) && (st[k] == REL || (st[k] == IP && rlease[k] <= SK(w))) -> seen = tok[k]; printf("MSC: w%d finds row takeable (status %d), token %d\n", w, st[k], seen); goto take
+		:: rexp[k] > SK(w) && (st[k] == REL || (st[k] == IP && LEASE_OVER(k))) -> seen = tok[k]; printf("MSC: w%d finds row takeable (status %d), token %d\n", w, st[k], seen); goto take
 		:: rexp[k] > SK(w) && st[k] == DONE -> printf("MSC: w%d finds COMPLETED: duplicate\n", w); goto duplicate
-		:: rexp[k] > SK(w) && st[k] == IP && rlease[k] > SK(w) ->
+		:: rexp[k] > SK(w) && st[k] == IP && !LEASE_OVER(k) ->
 			/* P5 no orphan: a key is held elsewhere only by a live holder or one a fault stopped */
 			printf("MSC: w%d finds it held elsewhere (acq %d): defers\n", w, racq[k]);
 			assert(orph[k] || ACTIVE(racq[k]));
@@ -185,8 +192,6 @@ inline decide() {
 		fi
 	fi
 }
-
-#define MAYCRASH if :: crashes > 0 -> goto crash :: true fi
 
 /* the delivery starts: the worker holds it, with a new acq: the smallest id in use nowhere */
 inline got() {
@@ -201,14 +206,18 @@ inline got() {
 	:: dup -> printf("MSC: w%d receives a stray copy of message %d, acq %d\n", w, k, a)
 	:: else -> printf("MSC: w%d receives message %d, acq %d\n", w, k, a)
 	fi
-	}
+}
+
+/* A crash may come before any step: a branch of the step itself. */
+#define CRASH :: crashes > 0 -> goto crash
+
+/* the delivery is over: back to receiving */
+#define IDLE busy[w] = 0; hacq[w] = 0; wunt[w] = 0; renewed = 0; tries = 0; seen = 0; k = 0; a = 0; dup = 0; goto end_idle
 
 proctype worker(byte w) {
 	byte k, a, seen, tries;
 	bool dup, renewed;
 
-idle:
-	atomic { busy[w] = 0; hacq[w] = 0; wunt[w] = 0; renewed = 0; tries = 0; seen = 0; k = 0; a = 0; dup = 0 }
 end_idle:
 	/* receive: a visible message (its visibility starts), or a stray copy */
 	if
@@ -216,21 +225,14 @@ end_idle:
 	:: atomic { 1 < NK && !gone[1] && vis[1] == 0 -> k = 1; dup = 0; vis[1] = VIS; got() }
 	:: atomic { dups[0] > 0 && qlife[0] > 0 -> k = 0; dup = 1; dups[0]--; got() }
 	fi;
-	MAYCRASH;
-	if
-	:: wunt[w] == 0 -> goto retry /* the lease ended before processing: return the message */
-	:: else
-	fi;
 
 acquire:
 	/* PutItem, attribute_not_exists(pk), ALL_OLD on failure; Decide on the row returned */
 	atomic {
 		if
+		CRASH;
 		:: wunt[w] == 0 -> goto abandon /* past the lease: the call's deadline passed, nothing sent */
-		:: else
-		fi;
-		if
-		:: st[k] == ABSENT ->
+		:: wunt[w] > 0 && st[k] == ABSENT ->
 			printf("MSC: w%d PutItem applied: token 1, acq %d\n", w, a);
 			st[k] = IP; tok[k] = 1; racq[k] = a; orph[k] = 0;
 			rlease[k] = wunt[w] + SK(w); rexp[k] = RET + SK(w); rfa[k] = LIFE - MARGIN + SK(w);
@@ -238,24 +240,22 @@ acquire:
 			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); goto acquire /* the answer is lost: retry with the same acq */
 			:: true -> goto held
 			fi
-		:: else -> decide()
+		:: wunt[w] > 0 && st[k] != ABSENT -> decide()
 		fi
 	}
+
 take:
-	MAYCRASH;
 	/* UpdateItem: token = :seen AND (expired OR RELEASED OR IN_PROGRESS past its lease) */
 	atomic {
 		if
+		CRASH;
 		:: wunt[w] == 0 -> goto abandon /* past the lease: the call's deadline passed, nothing sent */
-		:: else
-		fi;
-		if
 #ifdef MUT_NOTOKEN
-		:: st[k] != ABSENT &&
+		:: wunt[w] > 0 && st[k] != ABSENT &&
 #else
-		:: st[k] != ABSENT && tok[k] == seen &&
+		:: wunt[w] > 0 && st[k] != ABSENT && tok[k] == seen &&
 #endif
-		   (rexp[k] <= SK(w) || st[k] == REL || (st[k] == IP && rlease[k] <= SK(w))) ->
+		   (rexp[k] <= SK(w) || st[k] == REL || (st[k] == IP && LEASE_OVER(k))) ->
 			assert(seen + 1 > tok[k]); /* P6 fencing: tokens only grow while the row exists */
 			assert(st[k] != DONE || rexp[k] <= MARGIN); /* P4 a completed claim is never overwritten while retained */
 			if
@@ -265,11 +265,12 @@ take:
 			printf("MSC: w%d takes over: token %d, acq %d\n", w, seen + 1, a);
 			st[k] = IP; tok[k] = seen + 1; racq[k] = a; orph[k] = 0;
 			rlease[k] = wunt[w] + SK(w); rexp[k] = RET + SK(w);
+			seen = 0; tries = 0;
 			if
-			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); tries = 0; goto acquire
+			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); goto acquire
 			:: true -> goto held
 			fi
-		:: st[k] == ABSENT -> goto acquire /* condition failed without a row: unknown, retried */
+		:: wunt[w] > 0 && st[k] == ABSENT -> goto acquire /* condition failed without a row: unknown, retried */
 		:: else ->
 			tries++;
 			if
@@ -280,56 +281,47 @@ take:
 	}
 
 held:
-	tries = 0;
-	MAYCRASH;
-	/* one heartbeat: Renew extends the lease and the visibility together */
-	if
-	:: RENEW && !renewed ->
-		atomic {
+	/* the handler runs under Hold: a heartbeat may renew; the payment
+	 * handler looks the charge up first when past the provider's key
+	 * lifetime (by first_at), then charges with the key */
+	atomic {
+		if
+		CRASH;
+		:: wunt[w] == 0 -> goto lost /* the handler's context ended with the lease */
+		:: wunt[w] > 0 && RENEW && !renewed ->
+			/* one heartbeat: Renew extends the lease and the visibility together */
 			renewed = 1;
 			if
 			:: racq[k] == a && st[k] == IP ->
 				rlease[k] = LEASE + SK(w); rexp[k] = RET + SK(w); wunt[w] = LEASE;
-				if :: !gone[k] && !dup -> vis[k] = VIS :: else fi
+				if :: !gone[k] && !dup -> vis[k] = VIS :: else fi;
+				goto held
 			:: else -> goto lost /* ErrLeaseLost: the handler's context is cancelled */
 			fi
-		}
-	:: true
-	fi;
-	MAYCRASH;
-	/* the payment handler: past the provider's key lifetime (by first_at), look the charge up first */
-	atomic {
-		if
-		:: wunt[w] == 0 -> goto lost /* the handler's context ended with the lease */
-		:: else
-		fi;
-		if
-		:: fails > 0 -> fails--; printf("MSC: w%d handler fails\n", w); goto failed /* fails before the charge */
-		:: true
-		fi;
-		if
-		:: rfa[k] <= SK(w) && charged[k] -> printf("MSC: w%d past the key lifetime: lookup finds the charge\n", w)
-		:: else -> CHARGE(k)
-		fi;
-		if
-		:: fails > 0 -> fails--; printf("MSC: w%d handler fails after the charge\n", w); goto failed /* the charge applied, its answer lost: a retryable error */
-		:: true
+		:: wunt[w] > 0 && fails > 0 ->
+			fails--; printf("MSC: w%d handler fails\n", w); goto failed
+		:: wunt[w] > 0 ->
+			if
+			:: rfa[k] <= SK(w) && charged[k] -> printf("MSC: w%d past the key lifetime: lookup finds the charge\n", w)
+			:: else -> CHARGE(k)
+			fi;
+			if
+			:: fails > 0 -> fails--; printf("MSC: w%d handler fails after the charge\n", w); goto failed /* its answer lost: a retryable error */
+			:: true -> renewed = 1; goto complete
+			fi
 		fi
 	}
-	MAYCRASH;
-	if
-	:: wunt[w] == 0 -> goto lost /* the lease ran out while the handler ran: Hold reports it lost */
-	:: else
-	fi;
 
 complete:
 	/* transactional completion: acq = :mine AND status = IN_PROGRESS, with the ledger entry */
 	atomic {
 		if
+		CRASH;
+		:: wunt[w] == 0 -> goto lost /* the lease ran out while the handler ran: Hold reports it lost */
 #ifdef MUT_NOACQ
-		:: st[k] == IP ->
+		:: wunt[w] > 0 && st[k] == IP ->
 #else
-		:: racq[k] == a && st[k] == IP ->
+		:: wunt[w] > 0 && racq[k] == a && st[k] == IP ->
 #endif
 			assert(racq[k] == a); /* P3 holder: only the current holder completes */
 			printf("MSC: w%d completes (acq %d on the row), ledger entry applied\n", w, racq[k]);
@@ -337,28 +329,42 @@ complete:
 			ledger[k]++;
 			assert(ledger[k] <= 1); /* P2 ledger: an entry is applied at most once */
 			if
-			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); goto complete /* the answer is lost: retried */
+			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); goto retrycomplete
 			:: true -> goto ack
 			fi
-		:: racq[k] == a && st[k] == DONE -> goto ack /* its own earlier try, applied */
-		:: st[k] == ABSENT -> goto leave /* unknown: leave the message to redeliver */
+		:: wunt[w] > 0 && racq[k] == a && st[k] == DONE -> goto ack /* its own earlier try, applied */
+		:: wunt[w] > 0 && st[k] == ABSENT -> goto leave /* unknown: leave the message to redeliver */
 		:: else -> goto leave /* ErrLeaseLost: a later holder owns the key */
 		fi
 	}
 
+retrycomplete:
+	/* the retry of a Complete whose answer was lost (the lease is not checked again) */
+	atomic {
+		if
+		CRASH;
+		:: racq[k] == a && st[k] == DONE -> goto ack /* its own earlier try, applied */
+		:: else -> goto leave
+		fi
+	}
+
 ack:
-	MAYCRASH;
+	atomic {
+		if
+		CRASH;
+		:: true -> printf("MSC: w%d deletes message %d\n", w, k); gone[k] = 1; IDLE /* DeleteMessage */
+		fi
+	}
+
 duplicate:
-	printf("MSC: w%d deletes message %d\n", w, k);
-	gone[k] = 1; /* DeleteMessage */
-	goto idle;
+	atomic { printf("MSC: w%d deletes message %d\n", w, k); gone[k] = 1; IDLE }
 
 failed:
-	MAYCRASH;
 #ifndef MUT_NORELEASE
 	/* Release: acq = :mine AND status = IN_PROGRESS */
 	atomic {
 		if
+		CRASH;
 		:: racq[k] == a && st[k] == IP ->
 			assert(racq[k] == a); /* P3 holder: only the current holder releases */
 			printf("MSC: w%d releases\n", w);
@@ -372,9 +378,10 @@ failed:
 		fi
 	}
 #endif
+
 retry:
 	/* the message comes back (the backoff is abstracted away) */
-	atomic { if :: !gone[k] && !dup -> vis[k] = 0 :: else fi; printf("MSC: w%d returns message %d\n", w, k); goto idle }
+	atomic { if :: !gone[k] && !dup -> vis[k] = 0 :: else fi; printf("MSC: w%d returns message %d\n", w, k); IDLE }
 
 defer:
 	/* visible again when the holder's lease ends, by this worker's clock, plus a second */
@@ -387,18 +394,19 @@ defer:
 			fi
 		:: else
 		fi;
-		goto idle
+		IDLE
 	}
 
 lost:
 	/* the lease ran out or was taken: neither complete nor ack */
-	atomic { if :: st[k] == IP && racq[k] == a -> orph[k] = 1 :: else fi; printf("MSC: w%d lost its lease\n", w); goto idle }
+	atomic { if :: st[k] == IP && racq[k] == a -> orph[k] = 1 :: else fi; printf("MSC: w%d lost its lease\n", w); IDLE }
+
 abandon:
 	/* an Acquire whose answer was lost may have applied: the claim stays until its lease ends */
 	atomic { if :: st[k] == IP && racq[k] == a -> orph[k] = 1 :: else fi; goto retry }
+
 leave:
-	printf("MSC: w%d leaves message %d\n", w, k);
-	goto idle;
+	atomic { printf("MSC: w%d leaves message %d\n", w, k); IDLE }
 
 crash:
 	/* the process dies; its delivery stays invisible until the visibility ends */
@@ -406,7 +414,7 @@ crash:
 		crashes--;
 		printf("MSC: w%d crashes\n", w);
 		if :: st[k] == IP && racq[k] == a -> orph[k] = 1 :: else fi;
-		goto idle
+		IDLE
 	}
 }
 
