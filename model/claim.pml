@@ -18,6 +18,24 @@
  * an instant a worker writes is its own reading, and a comparison a worker
  * makes is against its own reading.
  *
+ * Properties, checked in every state the search reaches:
+ *   P1 money      the provider moves money at most once per payment;
+ *   P2 ledger     a ledger entry is applied at most once;
+ *   P3 holder     only the current holder (the acq on the row) completes or releases;
+ *   P4 retained   a completed claim is never overwritten while it is retained;
+ *   P5 no orphan  a delivery is deferred only by a claim whose holder is
+ *                 working on it or was stopped by a fault (crash, stall,
+ *                 lost answer): never by one a failed holder left behind;
+ *   P6 fencing    tokens only grow while the row exists;
+ * and, with -DLIVE (pan -a -f, weak fairness), "live": with faults that
+ * stop, every message is eventually completed and deleted.
+ *
+ * Mutants (each must yield a counterexample): -DMUT_NOACQ (Complete not
+ * conditioned on acq), -DMUT_NOTOKEN (takeover not conditioned on the token
+ * seen), -DMUT_NORELEASE (no Release on failure), -DMUT_NOLEASEEXPIRY (an
+ * expired lease is never taken over); and parameters that break the
+ * assumptions: RET below QR, SKEW above MARGIN.
+ *
  * Parameters (every one can be set with -D on spin's command line;
  * model/check.sh sets them per configuration):
  */
@@ -293,6 +311,7 @@ held:
 			renewed = 1;
 			if
 			:: racq[k] == a && st[k] == IP ->
+				printf("MSC: w%d renews its lease\n", w);
 				rlease[k] = LEASE + SK(w); rexp[k] = RET + SK(w); wunt[w] = LEASE;
 				if :: !gone[k] && !dup -> vis[k] = VIS :: else fi;
 				goto held
