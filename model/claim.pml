@@ -332,15 +332,16 @@ held:
 	}
 
 complete:
-	/* transactional completion: acq = :mine AND status = IN_PROGRESS, with the ledger entry */
+	/* transactional completion: acq = :mine AND status = IN_PROGRESS, with the
+	 * ledger entry. Its first try is sent even if the lease has ended since
+	 * the handler returned: Hold checked the lease, Complete does not. */
 	atomic {
 		if
 		CRASH;
-		:: wunt[w] == 0 -> goto lost /* the lease ran out while the handler ran: Hold reports it lost */
 #ifdef MUT_NOACQ
-		:: wunt[w] > 0 && st[k] == IP ->
+		:: st[k] == IP ->
 #else
-		:: wunt[w] > 0 && racq[k] == a && st[k] == IP ->
+		:: racq[k] == a && st[k] == IP ->
 #endif
 			assert(racq[k] == a); /* P3 holder: only the current holder completes */
 			printf("MSC: w%d completes (acq %d on the row), ledger entry applied\n", w, racq[k]);
@@ -351,8 +352,8 @@ complete:
 			:: losts > 0 -> losts--; printf("MSC: answer lost\n"); goto retrycomplete
 			:: true -> goto ack
 			fi
-		:: wunt[w] > 0 && racq[k] == a && st[k] == DONE -> goto ack /* its own earlier try, applied */
-		:: wunt[w] > 0 && st[k] == ABSENT -> goto leave /* unknown: leave the message to redeliver */
+		:: racq[k] == a && st[k] == DONE -> goto ack /* its own earlier try, applied */
+		:: st[k] == ABSENT -> goto leave /* unknown: leave the message to redeliver */
 		:: else -> goto leave /* ErrLeaseLost: a later holder owns the key */
 		fi
 	}
