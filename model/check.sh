@@ -43,6 +43,9 @@ if ! command -v spin >/dev/null || ! command -v gcc >/dev/null; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/claimmodel.XXXXXX")
+# built verifiers, by the hash of what they were built from (MODEL_CACHE= to build afresh)
+cache=${MODEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/claimfirst-model}
+[[ -n $cache ]] || cache=$work/cache
 trap 'rm -rf "$work"' EXIT
 
 # property names the assertions' text to the properties of the note
@@ -71,12 +74,6 @@ one() {
 	cp "$model" "$dir/claim.pml"
 	exec >"$dir/report" 2>&1
 	echo 1 >"$dir/status"
-	# shellcheck disable=SC2086 # flags are words
-	(cd "$dir" && spin -a $flags claim.pml >spin.out 2>&1) || {
-		echo "FAIL $name: spin -a $flags"
-		cat "$dir/spin.out"
-		return
-	}
 	local cc=(-DCOLLAPSE) pan=(-m1000000)
 	if [[ $kind == safety ]]; then
 		cc+=(-DSAFETY)
@@ -92,10 +89,27 @@ one() {
 		opt=-O0
 		pan+=(-w19)
 	fi
-	(cd "$dir" && gcc "$opt" -w "${cc[@]}" -o pan pan.c) || {
-		echo "FAIL $name: gcc"
-		return
-	}
+	# a verifier is reused while the model, the flags and the tools are the same
+	local key cached=""
+	key=$({ cat "$model"; echo "$flags|$opt|${cc[*]}"; spin -V; gcc --version; } 2>&1 | sha256sum | cut -c1-32)
+	if [[ -x $cache/$key ]]; then
+		cp "$cache/$key" "$dir/pan"
+		cached=", verifier cached"
+	else
+		# shellcheck disable=SC2086 # flags are words
+		(cd "$dir" && spin -a $flags claim.pml >spin.out 2>&1) || {
+			echo "FAIL $name: spin -a $flags"
+			cat "$dir/spin.out"
+			return
+		}
+		(cd "$dir" && gcc "$opt" -w "${cc[@]}" -o pan pan.c) || {
+			echo "FAIL $name: gcc"
+			return
+		}
+		if mkdir -p "$cache" 2>/dev/null && cp "$dir/pan" "$cache/$key.$BASHPID" 2>/dev/null; then
+			mv "$cache/$key.$BASHPID" "$cache/$key"
+		fi
+	fi
 	(cd "$dir" && ./pan "${pan[@]}" >pan.out 2>&1) || true
 	[[ $verbose == 1 ]] && cat "$out"
 	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out")
@@ -104,7 +118,7 @@ one() {
 	depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$out")
 	mem=$(sed -n 's/^ *\([0-9.]*\)\s*total actual memory usage.*/\1/p' "$out")
 	secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\).*/\1/p' "$out")
-	stats="states stored ${stored:-?}, transitions ${trans:-?}, depth ${depth:-?}, memory ${mem:-?} MB, search ${secs:-?} s ($kind; $((SECONDS - t0)) s with the build)"
+	stats="states stored ${stored:-?}, transitions ${trans:-?}, depth ${depth:-?}, memory ${mem:-?} MB, search ${secs:-?} s ($kind; $((SECONDS - t0)) s with the build$cached)"
 	if grep -q "max search depth too small" "$out"; then
 		echo "FAIL $name: the search was truncated: $stats"
 		return
