@@ -31,7 +31,7 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: tools cfn-lint rie ## Run every test (unit, conformance, integration) with -race against a fresh emulator and PostgreSQL.
+test: tools cfn-lint rie model ## Run every test (unit, conformance, integration) with -race against a fresh emulator and PostgreSQL, and the model.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -55,8 +55,27 @@ lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) 
 rie: ## Install the Lambda Runtime Interface Emulator into bin/ at the pinned version if missing.
 	@test -x $(BIN)/aws-lambda-rie || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
+.PHONY: model
+model: spin ## Model-check the claim protocol with SPIN (model/): every configuration exhaustively, and each mutant's counterexample.
+	model/check.sh
+
+.PHONY: spin
+spin: ## Install Debian's spin package (the model checker) and gcc if missing.
+	@if ! command -v spin >/dev/null || ! command -v gcc >/dev/null; then \
+		echo "tools: spin or gcc not on PATH; installing Debian's spin and gcc"; \
+		if ! command -v apt-get >/dev/null; then \
+			echo "tools: no apt-get here: install spin (https://spinroot.com) and gcc, then rerun" >&2; exit 3; \
+		elif [ "$$(id -u)" = 0 ]; then \
+			{ apt-get install -y -q spin gcc || { apt-get update -q && apt-get install -y -q spin gcc; }; } || exit 3; \
+		elif command -v sudo >/dev/null; then \
+			{ sudo apt-get install -y -q spin gcc || { sudo apt-get update -q && sudo apt-get install -y -q spin gcc; }; } || exit 3; \
+		else \
+			echo "tools: spin is missing and cannot be installed as $$(id -un) without sudo: apt-get install spin gcc" >&2; exit 3; \
+		fi; \
+	fi
+
 .PHONY: tools
-tools: ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or install the missing (.venv, Debian's postgresql).
+tools: spin ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or install the missing (.venv, Debian's postgresql); spin from Debian.
 	@missing=""; \
 	python3 -c 'import moto, werkzeug' 2>/dev/null || $(VENV)/bin/python -c 'import moto, werkzeug' 2>/dev/null || missing=" moto"; \
 	for t in cfn-lint aws; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
