@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ func (j *journal) at() string {
 
 func (j *journal) event(key, node, format string, args ...any) {
 	line := fmt.Sprintf("%10s %-6s %s", j.at(), node, fmt.Sprintf(format, args...))
+	if os.Getenv("SIM_TRACE") != "" {
+		fmt.Fprintln(os.Stderr, key, line)
+	}
 	j.mu.Lock()
 	j.events[key] = append(j.events[key], line)
 	j.mu.Unlock()
@@ -162,24 +166,22 @@ func (r *recorder) Complete(ctx context.Context, p claimstore.CompleteParams) er
 }
 
 func (r *recorder) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w claimstore.TxWrites) error {
+	// The handler has returned: from here on the holder only writes, fenced
+	// by its acquisition, so a takeover no longer runs two handlers at once.
+	r.j.ended(p.Holder)
 	err := claimstore.CompleteTx(ctx, r.inner, p, w)
 	n := 0
 	if w != nil {
 		n = w.Len()
 	}
 	r.j.event(p.Key, r.n.name, "complete token %d with %d writes: %s", p.Token, n, errText(err))
-	if err == nil || errors.Is(err, claimstore.ErrLeaseLost) {
-		r.j.ended(p.Holder)
-	}
 	return err
 }
 
 func (r *recorder) Release(ctx context.Context, p claimstore.ReleaseParams) error {
+	r.j.ended(p.Holder) // the holder has given up
 	err := r.inner.Release(ctx, p)
 	r.j.event(p.Key, r.n.name, "release token %d: %s", p.Token, errText(err))
-	if err == nil || errors.Is(err, claimstore.ErrLeaseLost) {
-		r.j.ended(p.Holder)
-	}
 	return err
 }
 

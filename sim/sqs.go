@@ -55,9 +55,10 @@ type QueueConfig struct {
 }
 
 // Duplicates decides whether SQS hands a standard queue's message out again
-// although it was just received (SQS's at-least-once delivery): called with
-// the message id and its receive count, it returns true for a duplicate.
-type Duplicates func(messageID string, receive int) bool
+// while it is held (SQS's at-least-once delivery): called at a receive with
+// the message id and its receive count, it returns how long after the
+// receive the copy is handed out, or 0 for none.
+type Duplicates func(messageID string, receive int) time.Duration
 
 // StaleDeletes decides whether a delete with a receipt handle from an
 // earlier receive deletes the message (SQS says it may not).
@@ -103,7 +104,7 @@ func NewSQS(cfg SQSConfig) *SQS {
 		cfg.Now = time.Now
 	}
 	if cfg.Duplicates == nil {
-		cfg.Duplicates = func(string, int) bool { return false }
+		cfg.Duplicates = func(string, int) time.Duration { return 0 }
 	}
 	if cfg.StaleDeletes == nil {
 		cfg.StaleDeletes = func(string, int) bool { return true }
@@ -352,8 +353,8 @@ func (s *SQS) take(q *queue, n int, vis time.Duration, now time.Time, want []str
 		s.seq++
 		m.receipt = fmt.Sprintf("%s#%d#%d", m.id, m.receives, s.seq)
 		m.visibleAt, m.inFlight = now.Add(vis), true
-		if !q.fifo && s.duplicates(m.id, m.receives) {
-			m.visibleAt, m.inFlight = now, false // handed out again by another receive
+		if d := s.duplicates(m.id, m.receives); !q.fifo && d > 0 && d < vis {
+			m.visibleAt = now.Add(d) // handed out again by a later receive while held
 		}
 		if q.fifo {
 			group = m.group
