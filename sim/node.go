@@ -24,6 +24,7 @@ type node struct {
 	clock     func() time.Time
 
 	mu         sync.Mutex
+	paused     bool // stalled at a completion already
 	crashed    bool
 	stallUntil time.Time
 }
@@ -40,6 +41,15 @@ func (n *node) stall(until time.Time) {
 	n.mu.Lock()
 	n.stallUntil = until
 	n.mu.Unlock()
+}
+
+// pauseOnce reports true the first time it is called.
+func (n *node) pauseOnce() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := !n.paused
+	n.paused = true
+	return first
 }
 
 func (n *node) dead() bool {

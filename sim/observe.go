@@ -20,6 +20,7 @@ type journal struct {
 
 	mu         sync.Mutex
 	events     map[string][]string // by key
+	aliases    map[string]string   // idempotency key -> the name its history is kept under
 	violations []violation
 	beliefs    map[string]map[string]belief // key -> acq -> what its holder believes
 	injected   map[string]int
@@ -37,7 +38,7 @@ type belief struct {
 }
 
 func newJournal(tol time.Duration) *journal {
-	return &journal{start: time.Now(), tol: tol, events: map[string][]string{},
+	return &journal{start: time.Now(), tol: tol, events: map[string][]string{}, aliases: map[string]string{},
 		beliefs: map[string]map[string]belief{}, injected: map[string]int{}}
 }
 
@@ -51,7 +52,20 @@ func (j *journal) event(key, node, format string, args ...any) {
 		fmt.Fprintln(os.Stderr, key, line)
 	}
 	j.mu.Lock()
+	if a, ok := j.aliases[key]; ok {
+		key = a
+	}
 	j.events[key] = append(j.events[key], line)
+	j.mu.Unlock()
+}
+
+// alias keeps key's history under name.
+func (j *journal) alias(key, name string) {
+	if key == "" || key == name {
+		return
+	}
+	j.mu.Lock()
+	j.aliases[key] = name
 	j.mu.Unlock()
 }
 
@@ -122,6 +136,18 @@ type recorder struct {
 	j     *journal
 	n     *node
 	inner claimstore.Store
+	truth *Store // the rows as they are, to check acknowledged writes
+}
+
+// acked checks that a write the store acknowledged is in the row: an
+// acknowledged write is never lost (unless another holder has since taken
+// the row, which then carries another acquisition).
+func (r *recorder) acked(op string, h claimstore.Holder, ok func(c claimstore.Claim) bool) {
+	c, found := r.truth.Claim(h.Key)
+	if found && c.Acq == h.Acq && !ok(c) {
+		r.j.violate(h.Key, "%s %s token %d acknowledged but not in the row (status %s, lease until %s)",
+			r.n.name, op, h.Token, c.Status, c.LeaseUntil.Sub(r.j.start).Round(time.Millisecond))
+	}
 }
 
 var (
@@ -153,6 +179,9 @@ func (r *recorder) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	err := r.inner.Renew(ctx, p)
 	switch {
 	case err == nil:
+		r.acked("renew", p.Holder, func(c claimstore.Claim) bool {
+			return c.Status != claimstore.StatusInProgress || c.LeaseUntil.UnixMilli() >= p.LeaseUntil.UnixMilli()
+		})
 		r.j.renewed(p.Holder, r.n, p.LeaseUntil)
 	case errors.Is(err, claimstore.ErrLeaseLost):
 		r.j.ended(p.Holder)
@@ -175,6 +204,9 @@ func (r *recorder) CompleteTx(ctx context.Context, p claimstore.CompleteParams, 
 		n = w.Len()
 	}
 	r.j.event(p.Key, r.n.name, "complete token %d with %d writes: %s", p.Token, n, errText(err))
+	if err == nil {
+		r.acked("complete", p.Holder, func(c claimstore.Claim) bool { return c.Status == claimstore.StatusCompleted })
+	}
 	return err
 }
 
@@ -182,6 +214,9 @@ func (r *recorder) Release(ctx context.Context, p claimstore.ReleaseParams) erro
 	r.j.ended(p.Holder) // the holder has given up
 	err := r.inner.Release(ctx, p)
 	r.j.event(p.Key, r.n.name, "release token %d: %s", p.Token, errText(err))
+	if err == nil {
+		r.acked("release", p.Holder, func(c claimstore.Claim) bool { return c.Status != claimstore.StatusInProgress })
+	}
 	return err
 }
 
@@ -193,6 +228,17 @@ func (r *recorder) Get(ctx context.Context, key string) (claimstore.Claim, error
 type gatedStore struct {
 	n     *node
 	inner *FaultyStore
+	// stallAt returns how long the process pauses as it starts op on key, or 0.
+	stallAt func(op, key string) time.Duration
+}
+
+func (g gatedStore) pause(op, key string) {
+	if g.stallAt == nil {
+		return
+	}
+	if d := g.stallAt(op, key); d > 0 {
+		g.n.stall(time.Now().Add(d))
+	}
 }
 
 var (
@@ -210,10 +256,12 @@ func (g gatedStore) Renew(ctx context.Context, p claimstore.RenewParams) error {
 }
 
 func (g gatedStore) Complete(ctx context.Context, p claimstore.CompleteParams) error {
+	g.pause("complete", p.Key)
 	return g.n.call(func() error { return g.inner.Complete(ctx, p) })
 }
 
 func (g gatedStore) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w claimstore.TxWrites) error {
+	g.pause("complete", p.Key)
 	return g.n.call(func() error { return g.inner.CompleteTx(ctx, p, w) })
 }
 

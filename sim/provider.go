@@ -48,8 +48,9 @@ type Provider struct {
 	// Outage returns the status the provider answers every call with at
 	// now (503 or 401), or 0. Defaults to never.
 	Outage func(now time.Time) int
-	// Latency is how long a charge takes. Defaults to 200ms.
-	Latency time.Duration
+	// Latency returns how long a charge takes, from its key and attempt.
+	// Defaults to 200ms.
+	Latency func(key string, attempt int) time.Duration
 	// Injected counts the faults injected, by kind; may be nil.
 	Injected func(kind string)
 
@@ -130,9 +131,9 @@ func (p *Provider) Charge(ctx context.Context, key, payment string, amount int64
 	p.keys[key] = keyState{id: id, at: now, inFlight: true}
 	p.mu.Unlock()
 
-	lat := p.Latency
-	if lat == 0 {
-		lat = 200 * time.Millisecond
+	lat := 200 * time.Millisecond
+	if p.Latency != nil {
+		lat = p.Latency(key, n)
 	}
 	time.Sleep(lat) // the charge happens whatever the caller's context does
 

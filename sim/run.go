@@ -23,3 +23,12 @@ func Run(t *testing.T, cfg Config) *Result {
 	}
 	return r
 }
+
+// Simulated runs cfg's world in a synctest bubble and returns its result
+// without failing t on violations: for tests that expect some (a mutant).
+func Simulated(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	var r *Result
+	synctest.Test(t, func(*testing.T) { r = Simulate(cfg) })
+	return r
+}

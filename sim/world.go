@@ -206,8 +206,12 @@ func (r *Result) Report(rerun string) string {
 		fmt.Fprintf(&b, "  - %s\n", v)
 	}
 	fmt.Fprintf(&b, "rerun: %s\n", rerun)
-	if len(r.Keys) > 0 {
-		fmt.Fprintf(&b, "history of %s:\n%s\n", r.Keys[0], r.History(r.Keys[0]))
+	shown := 0
+	for _, k := range r.Keys {
+		if h := r.History(k); h != "" && shown < 2 {
+			fmt.Fprintf(&b, "history of %s:\n%s\n", k, h)
+			shown++
+		}
 	}
 	return b.String()
 }
@@ -284,9 +288,17 @@ func Simulate(cfg Config) *Result {
 }
 
 func (w *world) mark(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if t.After(w.lastFault) {
 		w.lastFault = t
 	}
+}
+
+func (w *world) lastFaultAt() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastFault
 }
 
 // windows schedules up to n outage windows of at most maxLen within the
@@ -393,7 +405,13 @@ func (w *world) run() *Result {
 		return ChargeOK
 	}
 	if w.on(ProviderTimeout) {
-		w.provider.Latency = f.dur(100*time.Millisecond, 40*time.Second, "provider-latency")
+		w.provider.Latency = func(key string, attempt int) time.Duration {
+			if f.chance(0.25, "slow-charge", key, itoa(attempt)) {
+				w.j.inject("provider_slow")
+				return f.dur(5*time.Second, time.Minute, "slow-charge-len", key, itoa(attempt))
+			}
+			return 200 * time.Millisecond
+		}
 	}
 	if w.on(StoreError) || w.on(ProviderTimeout) || w.on(Duplicate) {
 		w.mark(w.start.Add(faultWindow))
@@ -607,11 +625,21 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 			return NoFault
 		}
 	}
-	var store claimstore.Store = gatedStore{n: n, inner: fs}
+	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: func(op, key string) time.Duration {
+		// A pause can land between a handler's return and its completion,
+		// the instant the completion's fencing exists for.
+		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
+			return 0
+		}
+		w.j.inject("stall")
+		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
+		w.mark(time.Now().Add(d))
+		return d
+	}}
 	if w.cfg.WrapStore != nil {
 		store = w.cfg.WrapStore(store)
 	}
-	store = &recorder{j: w.j, n: n, inner: store}
+	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
 	h := w.cfg.Handler
 	if h == nil {
 		h = w.handler()
@@ -629,6 +657,7 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 		}),
 		Decoder: worker.DecoderFunc(func(m *worker.Message) error {
 			err := dec.Decode(m)
+			w.j.alias(m.Key, w.name(m))
 			w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
 			return err
 		}),
@@ -713,7 +742,7 @@ func (w *world) watch() {
 	for {
 		time.Sleep(10 * time.Second)
 		now := time.Now()
-		quiet := now.After(w.lastFault) && now.After(w.start.Add(12*time.Minute))
+		quiet := now.After(w.lastFaultAt()) && now.After(w.start.Add(12*time.Minute))
 		src := w.sqs.Stats(w.src)
 		if quiet && !w.redriven && src.Visible+src.InFlight == 0 && w.validInDLQ() > 0 {
 			if redriveAt.IsZero() {
@@ -726,13 +755,13 @@ func (w *world) watch() {
 		if quiet && src.Visible+src.InFlight == 0 && w.validInDLQ() == 0 && w.sqs.Stats(w.dlq).InFlight == 0 {
 			return
 		}
-		last := w.lastFault
+		last := w.lastFaultAt()
 		if w.redriven && redriveAt.After(last) {
 			last = redriveAt
 		}
 		if now.Sub(last) > drainBound {
-			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight",
-				drainBound, src.Visible, src.InFlight)
+			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight, %d valid dead-lettered",
+				drainBound, src.Visible, src.InFlight, w.validInDLQ())
 			return
 		}
 	}
