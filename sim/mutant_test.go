@@ -126,17 +126,17 @@ var mutants = []struct {
 	within int
 	cfg    sim.Config
 }{
-	{"acquire checks then writes", 300, sim.Config{
+	{"acquire checks then writes", 400, sim.Config{
 		WrapStore: wrap(func(s store) claimstore.Store { return checkThenWrite{s} })}},
-	{"store drops the acq condition", 300, sim.Config{
+	{"store drops the acq condition", 600, sim.Config{
 		WrapStore: wrap(func(s store) claimstore.Store { return noAcq{s} })}},
-	{"completion without fencing", 300, sim.Config{
+	{"completion without fencing", 600, sim.Config{
 		WrapStore: wrap(func(s store) claimstore.Store { return noFence{s} })}},
-	{"no lease renewal", 300, sim.Config{
+	{"no lease renewal", 20, sim.Config{
 		WrapStore: wrap(func(s store) claimstore.Store { return noRenew{s} })}},
-	{"no release on failure", 300, sim.Config{Faults: sim.AllFaults &^ (sim.Crash | sim.Stall | sim.Drain | sim.Duplicate),
+	{"no release on failure", 20, sim.Config{Faults: sim.AllFaults &^ (sim.Crash | sim.Stall | sim.Drain | sim.Duplicate),
 		WrapStore: wrap(func(s store) claimstore.Store { return noRelease{s} })}},
-	{"default decoder keys by m.ID", 300, sim.Config{KeyByMessageID: true,
+	{"default decoder keys by m.ID", 200, sim.Config{KeyByMessageID: true,
 		Tune: func(_ int, c *worker.Config) {
 			dec := c.Decoder
 			c.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
@@ -145,7 +145,7 @@ var mutants = []struct {
 				return err
 			})
 		}}},
-	{"completion retries a too-large result", 300, sim.Config{
+	{"completion retries a too-large result", 20, sim.Config{
 		WrapStore: wrap(func(s store) claimstore.Store { return tooLarge{s} }),
 		Tune: func(_ int, c *worker.Config) {
 			h := c.Handler
