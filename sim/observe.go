@@ -115,7 +115,7 @@ func (j *journal) acquired(key string, n *node, c claimstore.Claim) {
 }
 
 func (j *journal) renewed(h claimstore.Holder, n *node, until time.Time) {
-	skew := n.clock().Sub(time.Now())
+	skew := time.Until(n.clock())
 	j.mu.Lock()
 	if b, ok := j.beliefs[h.Key][h.Acq]; ok {
 		b.until = until.Add(-skew)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -238,11 +237,9 @@ type world struct {
 	store    *Store
 	provider *Provider
 
-	longOutage         bool
-	storeOut, provOut  []window
-	longFrom, longTill time.Time
-	start              time.Time
-	lastFault          time.Time
+	storeOut, provOut []window
+	start             time.Time
+	lastFault         time.Time
 
 	mu       sync.Mutex
 	poison   map[string]bool // payment ids (or bodies) that are poison
@@ -666,7 +663,7 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 		OutageCover:     outageCover,
 		HoldFor:         2 * time.Minute,
 		Owner:           n.name,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:          slog.New(slog.DiscardHandler),
 		Now:             n.clock,
 	}
 	if w.cfg.Tune != nil {
