@@ -241,7 +241,7 @@ func deployCheckResources(t *testing.T, cfg aws.Config, r deployResources) {
 	tprops := tmplMap(t, tq["Properties"])
 	wantRetention := tmplSeconds(t, d.resolve(t, tprops["MessageRetentionPeriod"], nil))
 	wantDLQRetention := tmplSeconds(t, d.resolve(t, tmplMap(t, tdlq["Properties"])["MessageRetentionPeriod"], nil))
-	wantMaxReceives := tmplInt(t, d.resolve(t, tmplMap(t, tprops["RedrivePolicy"])["maxReceiveCount"], nil))
+	wantMaxReceives := tmplInt(t, d.eval(t, tmplMap(t, tprops["RedrivePolicy"])["maxReceiveCount"], nil))
 
 	sq := sqs.NewFromConfig(cfg)
 	q, err := worker.ReadQueue(ctx, sq, r.QueueURL)

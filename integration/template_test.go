@@ -105,8 +105,12 @@ func TestTemplateQueue(t *testing.T) {
 	}
 
 	redrive := tmplMap(t, qprops["RedrivePolicy"])
-	if got := tmplInt(t, d.resolve(t, redrive["maxReceiveCount"], nil)); got < 5 {
+	if got := tmplInt(t, d.eval(t, redrive["maxReceiveCount"], nil)); got < 5 {
 		t.Errorf("%s: maxReceiveCount = %d, want >= 5 (a deferred duplicate spends receives too)", queueID, got)
+	}
+	if got := tmplInt(t, d.eval(t, redrive["maxReceiveCount"], map[string]any{"FifoQueue": "true"})); got < worker.FIFOMaxReceiveCount {
+		t.Errorf("%s: FIFO maxReceiveCount = %d, want >= %d (each failure in a group spends a receive of the messages behind it)",
+			queueID, got, worker.FIFOMaxReceiveCount)
 	}
 	retention := tmplSeconds(t, d.resolve(t, qprops["MessageRetentionPeriod"], nil))
 	dlqRetention := tmplSeconds(t, d.resolve(t, tmplMap(t, dlq["Properties"])["MessageRetentionPeriod"], nil))

@@ -94,7 +94,8 @@ type Options struct {
 	MinBackoff time.Duration
 	// MaxBackoff is Wait's longest delay between attempts. Defaults to 5s.
 	MaxBackoff time.Duration
-	// Now is the clock. Defaults to time.Now.
+	// Now is the clock every step reads: the lease asked for, renewals, the
+	// watchdog, expires_at and backoffs. Defaults to time.Now.
 	Now func() time.Time
 }
 

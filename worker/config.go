@@ -48,8 +48,12 @@ type Config struct {
 	// Retention is how long completed keys are remembered. It must be at
 	// least the queue's retention. Defaults to DefaultRetention.
 	Retention time.Duration
-	// ShutdownTimeout is how long Run waits, after its context ends, for
-	// in-flight messages; then their contexts are cancelled. Defaults to 30s.
+	// ShutdownTimeout bounds how long Run takes to return after its context
+	// ends, whatever the handlers do: it waits for in-flight messages, then
+	// (a quarter of the timeout, at most 10s, before the end) cancels their
+	// contexts so they release their claims, and at the end abandons any
+	// handler that ignores its cancelled context, logging its message id
+	// (the message reappears when its visibility ends). Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// MinRetryBackoff is the delay before the first retry of a failed
 	// step, in process or through the queue. Defaults to 1s.
@@ -95,7 +99,16 @@ type Config struct {
 	// the producer's trace as parent when the message carries a traceparent
 	// attribute (see SpanMessage). Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
-	// Now is the clock. Defaults to time.Now.
+	// ClockSkewMax is the largest offset of this process's clock from AWS's
+	// (measured from the Date of SQS's answers) at which the worker claims
+	// messages; beyond it the worker claims nothing, and /readyz answers 503,
+	// until the clock agrees again. It must be less than LeaseMargin, which
+	// covers it. Negative: no check. Defaults to half of LeaseMargin.
+	ClockSkewMax time.Duration
+	// Now is the clock every protocol step reads: lease ends, backoffs,
+	// takeover decisions, the claims' lease_until, expires_at and first_at
+	// (the claim store reads its own Config.Now). Tests, a simulator and the
+	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -161,6 +174,9 @@ func (c *Config) setQueueDefaults(q QueueInfo) {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.VisibilityTimeout / 3
+	}
+	if c.ClockSkewMax == 0 {
+		c.ClockSkewMax = c.LeaseMargin / 2
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention(q)
@@ -228,6 +244,9 @@ func (c *Config) validateLease() error {
 	}
 	if c.LeaseMargin >= v {
 		errs = append(errs, fmt.Errorf("LeaseMargin %s: must be shorter than VisibilityTimeout %s", c.LeaseMargin, v))
+	}
+	if c.ClockSkewMax >= c.LeaseMargin {
+		errs = append(errs, fmt.Errorf("ClockSkewMax %s: must be less than LeaseMargin %s, which covers it", c.ClockSkewMax, c.LeaseMargin))
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= v-c.LeaseMargin {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval %s: must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", c.HeartbeatInterval, v-c.LeaseMargin))

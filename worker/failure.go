@@ -173,6 +173,7 @@ type breaker struct {
 	log       *slog.Logger
 	gauge     *prometheus.GaugeVec
 	opened    prometheus.Counter
+	now       func() time.Time
 
 	mu         sync.Mutex
 	failures   int
@@ -182,8 +183,8 @@ type breaker struct {
 	since      time.Time
 }
 
-func newBreaker(threshold int, m *Metrics, log *slog.Logger) *breaker {
-	return &breaker{threshold: threshold, log: log, gauge: m.breakerOpen, opened: m.breakerOpens}
+func newBreaker(threshold int, m *Metrics, log *slog.Logger, now func() time.Time) *breaker {
+	return &breaker{threshold: threshold, log: log, gauge: m.breakerOpen, opened: m.breakerOpens, now: now}
 }
 
 // failure records a dependency failure.
@@ -204,7 +205,7 @@ func (b *breaker) failure(dependency string, err error) {
 	if b.open || b.failures < b.threshold {
 		return
 	}
-	b.open, b.since = true, time.Now()
+	b.open, b.since = true, b.now()
 	b.gauge.WithLabelValues(dependency).Set(1)
 	b.opened.Inc()
 	b.log.Error("breaker open: a dependency keeps failing; receiving one probe message at a time until it recovers",
@@ -230,7 +231,7 @@ func (b *breaker) closeLocked() {
 	b.open = false
 	b.gauge.WithLabelValues(b.dependency).Set(0)
 	b.log.Info("breaker closed: the dependency recovered; receiving again",
-		slog.String("dependency", b.dependency), slog.Duration("open_for", time.Since(b.since)))
+		slog.String("dependency", b.dependency), slog.Duration("open_for", b.now().Sub(b.since)))
 }
 
 // recovered records that the dependencies deps answered (a receive proves

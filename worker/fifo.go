@@ -46,7 +46,15 @@ import (
 // groups that have nothing to do with the failure, and send their records
 // through the queue again. Only the failed group's later records are
 // reported; since SQS redelivers a group's records in order, the group
-// resumes where it stopped.
+// resumes where it stopped. Each report spends a receive of every later
+// record of the group: a FIFO queue's maxReceiveCount needs room for them
+// (FIFOMaxReceiveCount).
+//
+// A message's retry delay follows its own failures (its claim's attempts),
+// not its receive count, which grows each time it is returned behind a
+// failed message of its group. Where it can (HoldFor, not a probe, not
+// stopping) the container retries a failure in process while the group's
+// later messages wait invisible, spending no receive.
 //
 // A dead-lettered message goes to a FIFO dead-letter queue with its group id
 // and a deduplication id derived from its message id, so that a send retried
@@ -54,6 +62,29 @@ import (
 // dead-lettered stops nothing: its group goes on.
 //
 // On a standard queue a MessageGroupId (fair queues) serializes nothing.
+
+// FIFOMaxReceiveCount is the maxReceiveCount `worker setup -fifo` and
+// template.yaml give a FIFO queue, and the least for which the worker does
+// not warn at start. A FIFO message is received once more for every failure
+// of a message in front of it in its group (it is returned unstarted), so
+// the receive count of a group's later messages grows with failures that are
+// not theirs. Their backoff follows their own failures (the claim's
+// attempts), but SQS dead-letters by receive count: the count needs room
+// for the returns on top of the retry schedule. The worker dead-letters
+// poison itself; maxReceiveCount is only the backstop.
+const FIFOMaxReceiveCount = 100
+
+// warnFIFOReceives warns when q is a FIFO queue whose maxReceiveCount leaves
+// too little room for the receives spent returning messages behind a failed
+// one of their group, and reports whether it did.
+func warnFIFOReceives(q QueueInfo, log *slog.Logger) bool {
+	if !q.FIFO || q.MaxReceiveCount <= 0 || q.MaxReceiveCount >= FIFOMaxReceiveCount {
+		return false
+	}
+	log.Warn("FIFO queue's maxReceiveCount leaves little room: each failure in a group spends a receive of every message behind it, and SQS may dead-letter valid messages; set it to at least the recommended value",
+		slog.Int("max_receive_count", q.MaxReceiveCount), slog.Int("recommended", FIFOMaxReceiveCount))
+	return true
+}
 
 // groupAttribute is the system attribute that carries a message's group id.
 const groupAttribute = string(types.MessageSystemAttributeNameMessageGroupId)

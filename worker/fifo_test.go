@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -333,6 +334,30 @@ func TestLambdaFIFO(t *testing.T) {
 			}
 			if n, want := metrics.Count(OutcomeSkipped), int64(len(tc.reported)-1); n != want {
 				t.Errorf("skipped counted %d, want %d", n, want)
+			}
+		})
+	}
+}
+
+func TestWarnFIFOReceives(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		q    QueueInfo
+		warn bool
+	}{
+		{"FIFO with too few receives", QueueInfo{FIFO: true, MaxReceiveCount: 10}, true},
+		{"FIFO with room", QueueInfo{FIFO: true, MaxReceiveCount: FIFOMaxReceiveCount}, false},
+		{"FIFO without redrive policy", QueueInfo{FIFO: true}, false},
+		{"standard queue", QueueInfo{MaxReceiveCount: 5}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			got := warnFIFOReceives(tc.q, slog.New(slog.NewTextHandler(&buf, nil)))
+			if got != tc.warn || strings.Contains(buf.String(), "maxReceiveCount") != tc.warn {
+				t.Errorf("warned %v (%q), want %v", got, buf.String(), tc.warn)
 			}
 		})
 	}

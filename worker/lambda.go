@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.opentelemetry.io/otel/trace"
 
@@ -65,7 +66,17 @@ type LambdaConfig struct {
 	// TracerProvider traces each record as Config.TracerProvider does.
 	// Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
-	// Now is the clock. Defaults to time.Now.
+	// ClockSkewMax is the largest offset of this process's clock from AWS's
+	// at which records are claimed, as for Worker: beyond it every record
+	// of a batch is reported back unclaimed with a short visibility. The
+	// offset is measured from the Date of SQS's answers, so the check needs
+	// SQS and QueueURL (without them there is none). It must be less than
+	// LeaseMargin. Negative: no check. Defaults to half of LeaseMargin.
+	ClockSkewMax time.Duration
+	// Now is the clock every protocol step reads: lease ends, backoffs,
+	// takeover decisions, the claims' lease_until, expires_at and first_at
+	// (the claim store reads its own Config.Now). Tests, a simulator and the
+	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -86,6 +97,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	}
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 2 * time.Second
+	}
+	if cfg.ClockSkewMax == 0 {
+		cfg.ClockSkewMax = cfg.LeaseMargin / 2
 	}
 	// The defaults the processor's settings share with Worker's Config.
 	shared := Config{
@@ -112,6 +126,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.QueueURL == "" && cfg.Retention <= 0 {
 		errs = append(errs, errors.New("Retention is required when QueueURL is not set (it cannot be checked against the queue)"))
 	}
+	if cfg.ClockSkewMax >= cfg.LeaseMargin {
+		errs = append(errs, fmt.Errorf("ClockSkewMax %s: must be less than LeaseMargin %s, which covers it", cfg.ClockSkewMax, cfg.LeaseMargin))
+	}
 	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
 		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", cfg.MaxRetryBackoff, cfg.MinRetryBackoff))
 	}
@@ -119,7 +136,10 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		return nil, err
 	}
 	l := &Lambda{cfg: cfg, log: cfg.Logger}
+	var skew *clockSkew
 	if cfg.QueueURL != "" {
+		skew = newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
+		cfg.SQS = skew.measure(cfg.SQS)
 		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
@@ -136,6 +156,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	l.cfg = cfg
 	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
 	l.proc = shared.processor(l.log, l.queue)
+	l.proc.skew = skew
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
 }
@@ -158,6 +179,7 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		deadline = l.cfg.Now().Add(15 * time.Minute) // Lambda's longest invocation
 	}
 	defer l.writeMetrics()
+	l.remeasure(ctx)
 	var (
 		mu     sync.Mutex
 		failed []events.SQSBatchItemFailure
@@ -189,6 +211,28 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		fail(rs...)
 	})
 	return events.SQSEventResponse{BatchItemFailures: failed}, nil
+}
+
+// skewMeasureEvery is how old the last clock measurement may be when a batch
+// arrives before the function measures again (one GetQueueAttributes).
+const skewMeasureEvery = 10 * time.Second
+
+// remeasure measures the clock's offset from an SQS answer when the last
+// measurement is older than skewMeasureEvery (or the clock was found
+// skewed): a batch is claimed only by a clock found in agreement.
+func (l *Lambda) remeasure(ctx context.Context) {
+	skewed, _ := l.proc.skew.state()
+	if !skewed && !l.proc.skew.stale(skewMeasureEvery) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := l.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(l.cfg.QueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		l.log.Debug("measuring the clock offset failed", slog.Any("error", err))
+	}
 }
 
 // Queue returns what the Lambda read about its event source queue: zero

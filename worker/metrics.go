@@ -20,12 +20,13 @@ const (
 	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
 	OutcomeKeyReused    = "key_reused"    // the key's claim has another payload's fingerprint: dead-lettered
 	OutcomeSkipped      = "skipped"       // FIFO: not started behind a message of its group that was not done; returned or reported
+	OutcomeClockSkew    = "clock_skew"    // this clock is off AWS's beyond ClockSkewMax: returned unclaimed, after a short delay
 )
 
 var outcomes = []string{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
 	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
-	OutcomeKeyReused, OutcomeSkipped,
+	OutcomeKeyReused, OutcomeSkipped, OutcomeClockSkew,
 }
 
 // Metrics are the worker's Prometheus metrics.
@@ -40,6 +41,8 @@ type Metrics struct {
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpens  prometheus.Counter
 	fifoBlocked   *prometheus.CounterVec
+	clockOffset   prometheus.Gauge
+	clockSkewed   prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -89,6 +92,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_fifo_groups_blocked_total",
 			Help: "FIFO message groups stopped by a message that was not done, by cause (held_elsewhere: its key is held by another consumer, and the group waits for that holder; failed; lease_lost; dead_letter_failed; stopping). The group's later messages of the delivery were returned or reported unstarted.",
 		}, []string{"cause"}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimfirst_clock_offset_seconds",
+			Help: "AWS's clock minus this process's, estimated from the Date of SQS's answers (negative: this clock is ahead).",
+		}),
+		clockSkewed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimfirst_clock_skewed",
+			Help: "1 while this clock is off AWS's by more than ClockSkewMax: the worker claims nothing and /readyz answers 503.",
+		}),
 	}
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
@@ -102,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }

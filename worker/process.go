@@ -115,7 +115,8 @@ type processor struct {
 	minBackoff time.Duration // first in-process retry's delay
 	maxHold    time.Duration // longest delay between in-process retries
 	deferSlack time.Duration
-	breaker    *breaker // nil: none (Lambda)
+	breaker    *breaker   // nil: none (Lambda)
+	skew       *clockSkew // nil: no clock check
 	metrics    *Metrics
 	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
@@ -133,6 +134,12 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	}
 	log = log.With(slog.String("idempotency_key", m.Key))
 
+	if err := p.skew.err(); err != nil {
+		// Logged once when it began (clockSkew.observe); claim nothing.
+		p.metrics.count(OutcomeClockSkew)
+		log.Debug("not claiming: clock skew; returning the message", slog.Any("error", err))
+		return disposition{action: actRetry, delay: skewRetryDelay}
+	}
 	now := p.now()
 	if !l.until.After(now) {
 		// The message sat too long before processing: its lease would already
@@ -200,7 +207,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		return disposition{action: actAck}
 	}
 
-	delay := max(p.schedule.delay(m.ReceiveCount), retryAfterOf(herr))
+	delay := max(p.schedule.delay(failures(m, c)), retryAfterOf(herr))
 	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
 		if errors.Is(rerr, once.ErrLeaseLost) {
 			p.metrics.count(OutcomeLeaseLost)
@@ -230,6 +237,19 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
 	}
 	return disposition{action: actRetry, delay: delay}
+}
+
+// failures is which failure of m's key this one is, for its backoff: the
+// claim's attempts (acquisitions of the key), not more than the message's
+// receives. A FIFO message returned unstarted behind a failed one of its
+// group is received again without being tried; its receive count grows
+// with the failures of the messages in front of it, its attempts do not.
+func failures(m *Message, c *once.Claim) int {
+	n := m.ReceiveCount
+	if a := int(min(c.Attempt, int64(n))); a >= 1 {
+		n = a
+	}
+	return n
 }
 
 // storeDependency names the claim store in breaker metrics and logs.
@@ -433,9 +453,9 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 	work := func(hctx context.Context) error {
 		for try := 0; ; try++ {
 			p.metrics.inFlight.Inc()
-			start := time.Now()
+			start := p.now()
 			result, err = p.call(hctx, m)
-			p.metrics.handlerTime.Observe(time.Since(start).Seconds())
+			p.metrics.handlerTime.Observe(p.now().Sub(start).Seconds())
 			p.metrics.inFlight.Dec()
 			if err == nil || !p.holdHandler(hctx, log, l, try, err) {
 				return err

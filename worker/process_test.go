@@ -592,7 +592,7 @@ func TestDependencyFailuresAreNeverPoison(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(nil)
-	b := newBreaker(3, m, slog.New(slog.DiscardHandler))
+	b := newBreaker(3, m, slog.New(slog.DiscardHandler), time.Now)
 	for i := range 2 {
 		b.failure("provider", errors.New("503"))
 		if open, _, _ := b.state(); open {
@@ -656,5 +656,74 @@ func TestFailedReleaseWaitsForTheRenewedLease(t *testing.T) {
 	}
 	if wait := c.LeaseUntil.Sub(f.clock.Now()); d.action != actRetry || d.delay < wait {
 		t.Fatalf("%v in %s, want a retry no sooner than the renewed lease's end, %s away", d.action, d.delay, wait)
+	}
+}
+
+// TestProtocolReadsTheInjectedClock runs a message with the worker's and the
+// store's clock a year ahead of the wall clock: every instant the claim
+// carries comes from the injected clock, none from time.Now.
+func TestProtocolReadsTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(ok("ch_1"))
+	f.clock.Advance(365 * 24 * time.Hour)
+	f.p.handler = HandlerFunc(func(_ context.Context, m *Message) (string, error) {
+		if d := m.FirstAt.Sub(f.clock.Now()); d < -time.Second || d > time.Second {
+			t.Errorf("FirstAt = %v, want the injected clock's %v", m.FirstAt, f.clock.Now())
+		}
+		return "ch_1", nil
+	})
+	l := f.lease()
+	if d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, l); d.action != actAck {
+		t.Fatalf("action = %v, want ack (the lease read the wall clock?)", d.action)
+	}
+	c, err := f.store.Get(context.Background(), "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := f.clock.Now().Add(f.p.retention); c.ExpiresAt.Before(want.Add(-time.Second)) {
+		t.Errorf("ExpiresAt = %v, want about %v (from the injected clock)", c.ExpiresAt, want)
+	}
+}
+
+// TestBackoffFollowsTheMessagesOwnFailures: a FIFO message returned unstarted
+// behind others of its group comes back with a receive count grown by their
+// failures; its first failure is still its first, and the claim says so.
+func TestBackoffFollowsTheMessagesOwnFailures(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name         string
+		receiveCount int
+		earlier      int // failed attempts of the key before this one
+		want         int // the failure the delay is scheduled for
+	}{
+		{"first failure behind four returns", 5, 0, 1},
+		{"third failure, receives match", 3, 2, 3},
+		{"second failure behind returns", 7, 1, 2},
+		{"attempts beyond receives (another copy of the key)", 2, 4, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+				return "", errors.New("provider unavailable")
+			}))
+			for range tc.earlier {
+				a, err := f.store.Acquire(context.Background(), claimstore.AcquireParams{
+					Key: "m1", Owner: "earlier", LeaseUntil: f.clock.Now().Add(time.Minute), ExpiresAt: f.clock.Now().Add(time.Hour),
+				})
+				if err != nil || a.Outcome != claimstore.Acquired {
+					t.Fatalf("earlier attempt: %v %v", a.Outcome, err)
+				}
+				if err := f.store.Release(context.Background(), claimstore.ReleaseParams{Holder: a.Claim.Holder(), LastError: "earlier"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: tc.receiveCount}, f.lease())
+			lo := f.p.schedule.delays[tc.want-1]
+			if d.action != actRetry || d.delay < lo || d.delay > lo+lo/4 {
+				t.Errorf("disposition %v after %s, want retry after %s (the failure %d's delay, up to a quarter more)",
+					d.action, d.delay, lo, tc.want)
+			}
+		})
 	}
 }

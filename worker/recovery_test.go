@@ -17,7 +17,7 @@ import (
 func TestBreakerGaugeFollowsDependency(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(nil)
-	b := newBreaker(2, m, slog.New(slog.DiscardHandler))
+	b := newBreaker(2, m, slog.New(slog.DiscardHandler), time.Now)
 	b.failure("provider", errors.New("503"))
 	b.failure("provider", errors.New("503"))
 	b.failure(storeDependency, errors.New("500"))
@@ -55,7 +55,7 @@ func TestProcessProbeProvesTheStore(t *testing.T) {
 			if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 1}, f.lease()); d.action != actAck {
 				t.Fatalf("first: %v", d.action)
 			}
-			f.p.breaker = newBreaker(1, f.metrics, slog.New(slog.DiscardHandler))
+			f.p.breaker = newBreaker(1, f.metrics, slog.New(slog.DiscardHandler), time.Now)
 			f.p.breaker.failure(tc.dependency, errors.New("down"))
 			if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 2}, lease{until: f.clock.Now().Add(30e9), probe: true}); d.action != actAck {
 				t.Fatalf("duplicate: %v, want ack", d.action)
@@ -72,7 +72,7 @@ func TestProcessProbeProvesTheStore(t *testing.T) {
 func TestBreakerRecovered(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(nil)
-	b := newBreaker(2, m, slog.New(slog.DiscardHandler))
+	b := newBreaker(2, m, slog.New(slog.DiscardHandler), time.Now)
 	b.recovered("sqs") // nothing failing: nothing to do
 	b.failure("sqs", errors.New("500"))
 	b.failure("sqs", errors.New("500"))

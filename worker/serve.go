@@ -20,7 +20,8 @@ import (
 //   - GET /healthz: 200 "ok" while the process serves at all (liveness).
 //   - GET /readyz: 200 "ready" once Run is polling, until Run's context
 //     ends, while Health is nil; otherwise 503 with the reason ("starting",
-//     "stopping", or the open breaker's dependency and last error). A load
+//     "stopping", the open breaker's dependency and last error, or the
+//     clock skew). A load
 //     balancer or orchestrator takes an unready worker out of rotation; it
 //     is not a reason to restart it.
 //

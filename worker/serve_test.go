@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,7 +24,7 @@ func TestHTTPHandler(t *testing.T) {
 		cfg:   Config{Metrics: m},
 		ready: make(chan struct{}),
 		stop:  make(chan struct{}),
-		proc:  &processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler))},
+		proc:  &processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler), time.Now)},
 	}
 	get := func(h http.Handler, path string) (int, string) {
 		t.Helper()

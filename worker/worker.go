@@ -40,6 +40,8 @@ type Worker struct {
 	ready chan struct{}
 	stop  chan struct{} // closed when Run's context ends: held messages go back
 	probe chan struct{} // a token per probe in flight while the breaker is open
+
+	inFlight sync.Map // message id -> struct{}: handlers running, named if shutdown abandons them
 }
 
 // New checks cfg, reads the queue's attributes (visibility timeout,
@@ -72,14 +74,18 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
+	skew := newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
+	cfg.SQS = skew.measure(cfg.SQS)
 	proc := cfg.processor(log, q)
-	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log)
+	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log, cfg.Now)
+	proc.skew = skew
 	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
 			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
 			slog.Duration("outage_cover", cfg.OutageCover))
 	}
-	return &Worker{
+	warnFIFOReceives(q, log)
+	w := &Worker{
 		cfg:   cfg,
 		queue: q,
 		log:   log,
@@ -87,13 +93,36 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		stop:  make(chan struct{}),
 		probe: make(chan struct{}, 1),
 		proc:  proc,
-	}, nil
+	}
+	w.remeasure(ctx) // before the first receive: a long poll bounds the offset only loosely
+	return w, nil
+}
+
+// remeasure makes a short SQS call, whose answer's Date the clock check
+// measures. A failure is left to the receives to report.
+func (w *Worker) remeasure(ctx context.Context) {
+	if w.proc.skew == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(w.cfg.QueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Debug("measuring the clock offset failed", slog.Any("error", err))
+	}
 }
 
 // Health returns nil while the worker receives normally, and an error
 // naming the dependency and its last failure while the breaker is open
-// (pollers then receive one probe message at a time). /readyz reports it.
+// (pollers then receive one probe message at a time), or while this clock
+// is off AWS's by more than ClockSkewMax (the worker then claims nothing).
+// /readyz reports it.
 func (w *Worker) Health() error {
+	if err := w.proc.skew.err(); err != nil {
+		return err
+	}
 	if open, dep, reason := w.proc.breaker.state(); open {
 		return fmt.Errorf("breaker open: %s keeps failing: %s", dep, reason)
 	}
@@ -137,6 +166,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
 		slog.Duration("visibility_timeout", w.cfg.VisibilityTimeout), slog.Duration("retention", w.cfg.Retention),
+		slog.Duration("clock_skew_max", w.cfg.ClockSkewMax),
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
@@ -145,7 +175,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("stopping: waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 	drained := make(chan struct{})
 	go func() { handlers.Wait(); close(drained) }()
-	timer := time.NewTimer(w.cfg.ShutdownTimeout)
+	// The handlers get most of the timeout to finish, and the rest to
+	// release their claims once cancelled; one that ignores its context is
+	// abandoned when the timeout is up.
+	cancelAt := w.cfg.ShutdownTimeout - min(w.cfg.ShutdownTimeout/4, storeCallTimeout)
+	timer := time.NewTimer(cancelAt)
 	defer timer.Stop()
 	select {
 	case <-drained:
@@ -154,12 +188,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		// made visible again: nothing is lost, only retried.
 		w.log.Warn("shutdown timeout: cancelling in-flight handlers")
 		cancelHandlers()
-		<-drained
+		timer.Reset(w.cfg.ShutdownTimeout - cancelAt)
+		select {
+		case <-drained:
+		case <-timer.C:
+			w.abandon()
+		}
 	}
 	del.close()
 	<-delDone
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// abandon logs each message whose handler is still running after the
+// shutdown timeout, cancelled and ignoring it: Run returns without it. Its
+// claim's lease and its visibility end by themselves, and the message is
+// retried (its handler's late outcome is not acked: the deleter is closed).
+func (w *Worker) abandon() {
+	n := 0
+	w.inFlight.Range(func(id, _ any) bool {
+		n++
+		w.log.Error("shutdown timeout: abandoning a handler that ignores its cancelled context; the message reappears when its visibility ends",
+			slog.String("message_id", id.(string)))
+		return true
+	})
+	w.log.Error("shutdown timeout: stopping with handlers still running", slog.Int("abandoned", n))
 }
 
 // receiveBatch is SQS's largest receive.
@@ -198,6 +252,16 @@ func (p *pool) give(n int) {
 // breaker is open it receives one probe message at a time instead.
 func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *sync.WaitGroup, del *deleter) {
 	for {
+		if skewed, _ := w.proc.skew.state(); skewed {
+			// Claim nothing: leave the messages in the queue, and measure
+			// again until the clock agrees.
+			sleepCtx(ctx, skewRecheck)
+			if ctx.Err() != nil {
+				return
+			}
+			w.remeasure(ctx)
+			continue
+		}
 		n, probe := batch, false
 		if open, _, _ := w.proc.breaker.state(); open {
 			select {
@@ -279,11 +343,17 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			}
 			handlers.Go(func() {
 				defer p.give(1)
+				free := func() {}
+				if d.probe {
+					var stop func()
+					free, stop = w.holdProbe(d)
+					defer stop()
+				}
 				w.handle(hctx, d, del)
 				if d.probe {
 					// One probe at a time, and not faster than ProbeInterval.
 					sleepCtx(ctx, w.cfg.ProbeInterval)
-					<-w.probe
+					free()
 				}
 			})
 		}
@@ -291,6 +361,25 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			return
 		}
 	}
+}
+
+// holdProbe returns free, which gives the breaker's probe slot back (once),
+// and stop, which ends its watch: if the probe has not freed its slot when
+// its first lease ends (the receipt plus the visibility timeout, less the
+// margin: what the lease's watchdog allows a receive), the slot is given
+// back then, so that a handler that ignores its context cannot stop the
+// pollers from probing again. The handler itself runs on, holding its
+// message.
+func (w *Worker) holdProbe(d *sqsDelivery) (free, stop func()) {
+	var once sync.Once
+	free = func() { once.Do(func() { <-w.probe }) }
+	deadline := d.receivedAt.Add(w.cfg.VisibilityTimeout - w.cfg.LeaseMargin)
+	t := time.AfterFunc(deadline.Sub(w.cfg.Now()), func() {
+		w.log.Warn("probe still running at its lease's end; giving the probe slot back so the pollers can probe again",
+			slog.String("message_id", d.msg.ID))
+		free()
+	})
+	return free, func() { t.Stop() }
 }
 
 // receiveSystemAttributes are the system attributes every receive asks for.
@@ -341,6 +430,8 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 // handle processes one delivery and carries out the disposition. done
 // reports that the message is off the queue (acked, or dead-lettered).
 func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) (disp disposition, done bool) {
+	w.inFlight.Store(d.msg.ID, struct{}{})
+	defer w.inFlight.Delete(d.msg.ID)
 	vis := w.cfg.VisibilityTimeout
 	capAt := d.receivedAt.Add(MaxVisibility)
 	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
@@ -372,7 +463,9 @@ func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) (disp
 	log := w.log.With(slog.String("message_id", d.msg.ID))
 	switch disp.action {
 	case actAck:
-		del.add(d.receipt)
+		if !del.add(d.receipt) {
+			log.Warn("completed after shutdown abandoned it: not acked; the redelivery is acked as a duplicate")
+		}
 		return disp, true
 	case actRetry, actDefer:
 		w.setVisibility(d, disp.delay, log)
@@ -527,6 +620,8 @@ type deleter struct {
 	metrics *Metrics
 	log     *slog.Logger
 	in      chan string
+	mu      sync.RWMutex // add holds it to read, close to write: no send on a closed in
+	closed  bool
 	sending chan struct{} // one token per batch being sent
 	sent    sync.WaitGroup
 }
@@ -543,9 +638,24 @@ func newDeleter(api SQSAPI, url string, delay time.Duration, m *Metrics, log *sl
 	}
 }
 
-func (d *deleter) add(receipt string) { d.in <- receipt }
+// add queues a receipt for deletion, and reports false if the deleter is
+// closed (a handler abandoned at shutdown finished late).
+func (d *deleter) add(receipt string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return false
+	}
+	d.in <- receipt
+	return true
+}
 
-func (d *deleter) close() { close(d.in) }
+func (d *deleter) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	close(d.in)
+}
 
 // run batches receipts by ten, or by what came within delay, and sends each
 // batch in the background, up to maxDeletesInFlight at once. It returns

@@ -90,7 +90,8 @@ type Config struct {
 	// KeyPrefix is prepended to every key so that several consumers can share
 	// a table; it counts toward claimstore.MaxKeyBytes. Defaults to "".
 	KeyPrefix string
-	// Now is the store's clock. Defaults to time.Now.
+	// Now is the store's clock: it stamps first_at and judges whether a
+	// lease has ended (a takeover). Defaults to time.Now.
 	Now func() time.Time
 }
 

@@ -18,6 +18,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	s := newSettings("lambda", io)
 	queueURL := s.String("queue-url", "QUEUE_URL", "", "event source queue URL (optional)")
 	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 10, "records of a batch processed at once")
+	clockSkewMax := s.Duration("clock-skew-max", "CLOCK_SKEW_MAX", 0, "largest offset from AWS's clock at which records are claimed, checked with QUEUE_URL; negative: no check (default: half the lease margin)")
 	a := defineApp(s)
 	if err := s.Parse(nil); err != nil {
 		return err
@@ -33,7 +34,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	cfg := worker.LambdaConfig{
 		Store: ap.store, Handler: ap.handler, Decoder: ap.decoder,
 		QueueURL: *queueURL, Retention: *a.retention, Concurrency: *concurrency, Logger: ap.log,
-		TracerProvider: ap.tracing.TracerProvider(),
+		TracerProvider: ap.tracing.TracerProvider(), ClockSkewMax: *clockSkewMax,
 	}
 	if *queueURL != "" {
 		cfg.SQS = sqs.NewFromConfig(ap.aws)

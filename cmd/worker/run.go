@@ -213,6 +213,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	holdFor := s.Duration("hold-for", "HOLD_FOR", 0, "how long a message is held, heartbeating, and retried in process before its receive is spent (default 15m)")
 	breakerThreshold := s.Int("breaker-threshold", "BREAKER_THRESHOLD", 0, "dependency failures in a row that stop receiving (default 5)")
 	probeInterval := s.Duration("probe-interval", "BREAKER_PROBE_INTERVAL", 0, "pause between probe receives while the breaker is open (default 2s)")
+	clockSkewMax := s.Duration("clock-skew-max", "CLOCK_SKEW_MAX", 0, "largest offset from AWS's clock at which messages are claimed; negative: no check (default: half the lease margin)")
 	a := defineApp(s)
 	if err := s.Parse(args); err != nil {
 		return err
@@ -258,6 +259,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
 		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),
 		OutageCover: *outageCover, HoldFor: *holdFor, BreakerThreshold: *breakerThreshold, ProbeInterval: *probeInterval,
+		ClockSkewMax: *clockSkewMax,
 	})
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {

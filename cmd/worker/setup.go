@@ -16,6 +16,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/ledger"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // cmdSetup creates the queue, its dead-letter queue and the claim table,
@@ -30,7 +31,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	table := s.String("claim-table", "CLAIM_TABLE", "claims", "claim table name")
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 30*time.Second, "the queue's visibility timeout")
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
-	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 5, "receives before SQS moves a message to the dead-letter queue")
+	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 0, fmt.Sprintf("receives before SQS moves a message to the dead-letter queue (default %d, %d with -fifo)", standardMaxReceiveCount, worker.FIFOMaxReceiveCount))
 	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
@@ -53,6 +54,12 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	}
 	if *retention < time.Minute || *retention > 14*24*time.Hour || *retention%time.Second != 0 {
 		return usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", *retention)
+	}
+	if *maxReceives == 0 {
+		*maxReceives = standardMaxReceiveCount
+		if *fifo {
+			*maxReceives = worker.FIFOMaxReceiveCount
+		}
 	}
 	if *maxReceives < 1 || *maxReceives > 1000 {
 		return usagef("MAX_RECEIVE_COUNT (-max-receive-count) %d: must be 1 to 1000", *maxReceives)
@@ -144,6 +151,10 @@ func createQueue(ctx context.Context, api *sqs.Client, name string, attrs map[st
 	}
 	return url, nil
 }
+
+// standardMaxReceiveCount is the maxReceiveCount setup gives a standard
+// queue: a deferred duplicate spends receives too.
+const standardMaxReceiveCount = 5
 
 // fifoSuffix ends every FIFO queue's name.
 const fifoSuffix = ".fifo"

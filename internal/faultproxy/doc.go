@@ -22,6 +22,9 @@
 //   - Hang holds the request for a while (or until the client gives up),
 //     then forwards it: a dependency that accepted a request and went
 //     silent.
+//   - ShiftDate forwards the request and moves its answer's Date header:
+//     a server whose clock disagrees with the client's, which is how the
+//     client's own clock skew shows.
 //
 // Rules are safe to add, switch and read from any goroutine while requests
 // flow. The probability draws come from one seeded generator, so a run with

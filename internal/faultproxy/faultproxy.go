@@ -86,6 +86,7 @@ type Fault struct {
 	header http.Header
 	body   []byte
 	hang   time.Duration
+	shift  time.Duration
 }
 
 type faultKind int
@@ -94,6 +95,7 @@ const (
 	kindRespond faultKind = iota + 1
 	kindDrop
 	kindHang
+	kindShiftDate
 )
 
 // String describes the fault, for test logs.
@@ -105,6 +107,8 @@ func (f Fault) String() string {
 		return "drop the answer"
 	case kindHang:
 		return fmt.Sprintf("hang %s", f.hang)
+	case kindShiftDate:
+		return fmt.Sprintf("shift the answer's Date by %s", f.shift)
 	}
 	return "no fault"
 }
@@ -133,6 +137,12 @@ func Drop() Fault { return Fault{kind: kindDrop} }
 // Hang holds the request for d, then forwards it; if the client gives up
 // first, nothing is forwarded.
 func Hang(d time.Duration) Fault { return Fault{kind: kindHang, hang: d} }
+
+// ShiftDate forwards the request and moves its answer's Date header by d
+// (the upstream's Date, or the proxy's clock when it sent none): the client
+// sees a server whose clock is d ahead of its own (behind when d < 0), as a
+// client whose clock is off by -d would.
+func ShiftDate(d time.Duration) Fault { return Fault{kind: kindShiftDate, shift: d} }
 
 // Rule is a fault applied to the requests it matches, with a probability.
 type Rule struct {
@@ -299,6 +309,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.forward(w, r, body)
 		case <-r.Context().Done():
 		}
+	case kindShiftDate:
+		p.forwardWith(w, r, body, func(h http.Header) {
+			date, err := http.ParseTime(h.Get("Date"))
+			if err != nil {
+				date = time.Now()
+			}
+			h.Set("Date", date.Add(f.shift).UTC().Format(http.TimeFormat))
+		})
 	default:
 		p.forward(w, r, body)
 	}
@@ -333,6 +351,12 @@ func (p *Proxy) roundTrip(r *http.Request, body []byte) (*http.Response, error) 
 
 // forward relays the request and its answer unchanged.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	p.forwardWith(w, r, body, nil)
+}
+
+// forwardWith relays the request and its answer, whose header edit (if
+// any) may change first.
+func (p *Proxy) forwardWith(w http.ResponseWriter, r *http.Request, body []byte, edit func(http.Header)) {
 	resp, err := p.roundTrip(r, body)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -344,6 +368,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
 		w.Header()[k] = vs
+	}
+	if edit != nil {
+		edit(w.Header())
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)

@@ -238,3 +238,37 @@ func TestStartRejectsRelativeUpstream(t *testing.T) {
 		t.Error("Start accepted an upstream without a scheme")
 	}
 }
+
+func TestShiftDate(t *testing.T) {
+	t.Parallel()
+	up, applied := upstream(t)
+	p := start(t, up.URL)
+	rule := p.Add(&Rule{Name: "skew", Fault: ShiftDate(-time.Hour)})
+	date := func() time.Time {
+		t.Helper()
+		resp, err := http.Post(p.URL+"/x", "text/plain", strings.NewReader("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get("X-Upstream") != "yes" {
+			t.Fatalf("answer %d %v: want the upstream's", resp.StatusCode, resp.Header)
+		}
+		d, err := http.ParseTime(resp.Header.Get("Date"))
+		if err != nil {
+			t.Fatalf("Date %q: %v", resp.Header.Get("Date"), err)
+		}
+		return d
+	}
+	if d := time.Since(date()); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("shifted Date is %s behind the clock, want an hour", d)
+	}
+	rule.Off()
+	if d := time.Since(date()).Abs(); d > time.Minute {
+		t.Errorf("unshifted Date is %s off the clock, want about 0", d)
+	}
+	if applied.Load() != 2 {
+		t.Errorf("upstream applied %d requests, want 2 (both forwarded)", applied.Load())
+	}
+}
