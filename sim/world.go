@@ -175,6 +175,9 @@ type Result struct {
 	// Messages counts the messages sent to the source queue (producer
 	// retries and redriven messages included).
 	Messages int
+	// Drain is how long the queue took to drain after the last fault (or
+	// the redrive).
+	Drain time.Duration
 	// Injected counts the faults injected, by kind.
 	Injected map[string]int
 	// Violations are the invariants broken: none in a correct run.
@@ -241,6 +244,7 @@ type world struct {
 	start             time.Time
 	lastFault         time.Time
 
+	drain    time.Duration
 	mu       sync.Mutex
 	poison   map[string]bool // payment ids (or bodies) that are poison
 	valid    map[string]bool // payment ids that must be charged once
@@ -749,12 +753,13 @@ func (w *world) watch() {
 				continue
 			}
 		}
-		if quiet && src.Visible+src.InFlight == 0 && w.validInDLQ() == 0 && w.sqs.Stats(w.dlq).InFlight == 0 {
-			return
-		}
 		last := w.lastFaultAt()
 		if w.redriven && redriveAt.After(last) {
 			last = redriveAt
+		}
+		if quiet && src.Visible+src.InFlight == 0 && w.validInDLQ() == 0 && w.sqs.Stats(w.dlq).InFlight == 0 {
+			w.drain = max(0, now.Sub(last))
+			return
 		}
 		if now.Sub(last) > drainBound {
 			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight, %d valid dead-lettered",
@@ -824,7 +829,7 @@ func (w *world) redrive() {
 // check runs the invariants after the run.
 func (w *world) check() *Result {
 	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Virtual: time.Since(w.start),
-		Messages: w.sqs.Stats(w.src).Sent, Store: w.store, Provider: w.provider, SQS: w.sqs,
+		Messages: w.sqs.Stats(w.src).Sent, Drain: w.drain, Store: w.store, Provider: w.provider, SQS: w.sqs,
 		QueueURL: w.src, DeadLetterURL: w.dlq, j: w.j}
 	for _, s := range w.store.Stale() {
 		w.j.violate("world", "fencing: %s", s)
