@@ -408,17 +408,18 @@ func (s *SQS) DeleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchIn
 }
 
 // changeVisibility applies one ChangeMessageVisibility; called with mu held.
-// A stale receipt handle changes nothing and is refused, as is a message
-// not in flight.
+// A receipt handle from an earlier receive changes the message's visibility
+// as the latest one does (the emulator does so: TestSQSAgreesWithEmulator);
+// a message no longer in the queue, or not in flight, is refused.
 func (s *SQS) changeVisibility(q *queue, receipt string, seconds int32) error {
 	if seconds < 0 || time.Duration(seconds)*time.Second > worker.MaxVisibility {
 		return fmt.Errorf("%w: InvalidParameterValue: VisibilityTimeout %d", ErrSQS, seconds)
 	}
-	_, m, latest := q.find(receipt)
+	_, m, _ := q.find(receipt)
 	now := s.now()
 	switch {
-	case m == nil || !latest:
-		return fmt.Errorf("%w: InvalidParameterValue: receipt handle %s has expired", ErrSQS, receipt)
+	case m == nil || !validReceipt(receipt):
+		return fmt.Errorf("%w: ReceiptHandleIsInvalid: %s", ErrSQS, receipt)
 	case !m.visibleAt.After(now) || !m.inFlight:
 		return fmt.Errorf("%w: MessageNotInflight: %s", ErrSQS, m.id)
 	case now.Add(time.Duration(seconds) * time.Second).After(m.firstRecvOfReceipt(receipt).Add(worker.MaxVisibility)):
