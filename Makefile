@@ -36,6 +36,7 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(GO) test $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
 
 .PHONY: bench
 bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
@@ -102,6 +103,12 @@ cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
 .PHONY: docker
 docker: ## Build the container image that runs `worker run` (IMAGE=claimfirst-worker).
 	docker build -t $(IMAGE) .
+
+SEEDS ?= 1000
+
+.PHONY: sim
+sim: ## Run the simulator's soak over SEEDS fault schedules (default 1000) and print its table.
+	$(GO) run ./cmd/worker sim -seeds $(SEEDS)
 
 .PHONY: unit
 unit: ## Run the tests that need no emulator (the others skip, saying so).

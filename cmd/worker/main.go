@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"setup":    {"create the queue, dead-letter queue and claim table for local development", cmdSetup},
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
 		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
+		"sim":      {"run the simulator's soak: the real worker under seeded faults (needs go and this module's source)", cmdSim},
 	}
 }
 
@@ -89,7 +90,7 @@ Usage: worker <command> [flags]   (each flag also reads the environment variable
 
 Commands:
 `)
-	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive"} {
+	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive", "sim"} {
 		fmt.Fprintf(w, "  %-9s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, `

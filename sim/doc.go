@@ -1,0 +1,56 @@
+// Package sim runs the real worker, once and claim code in a simulated AWS
+// on testing/synctest's virtual clock, under fault schedules chosen by a
+// seed, and checks the two promises after every run: nothing twice,
+// nothing lost.
+//
+// The world is an in-memory SQS (SQS, a worker.SQSAPI: standard and FIFO
+// queues, long polling, visibility timeouts, receive counts, redrive to a
+// dead-letter queue, duplicate delivery, stale receipt handles, message
+// limits), a claim table (Store, seen by each worker through a StoreView on
+// its own clock, behind a FaultyStore: errors before the write, answers
+// lost after it, throttling, latency, outages; transactional completion of
+// ledger Writes), and a payment Provider that honours idempotency keys and
+// counts the money moved per payment (the oracle). Several real
+// worker.Worker instances consume the queue; the seed crashes them at any
+// instant (their clients then refuse every call), stalls them past their
+// lease, drains and restarts them, skews their clocks, and an operator
+// redrives the dead-letter queue after a long outage.
+//
+// Every fault decision is a function of the seed and the event's identity
+// (message, attempt, operation), not of a shared random stream, so a seed
+// names its schedule. Goroutines still interleave as the runtime chooses at
+// one virtual instant, so two runs of a seed can differ in detail; the
+// invariants must hold in every interleaving.
+//
+// # Invariants
+//
+// After every run (see Result.Violations): no payment's money moved twice
+// and no ledger entry applied twice; every valid message completed with its
+// effect exactly once, every poison message dead-lettered with its reason;
+// no valid message dead-lettered when every outage ended within the outage
+// cover (checked where only dependency failures spent receives); FIFO
+// groups' effects in order; the queue drains within two virtual hours of
+// the last fault. While it runs: no delivery acquires a key while another
+// holder's lease, as that holder knows it, is live (beyond the lease
+// margin); no write is applied with a token that is not the row's; a write
+// the store acknowledged is in the row. synctest.Test itself fails a run
+// whose goroutines outlive it.
+//
+// # Your handler
+//
+// Run and Simulate take a Config with your worker.Handler, Decoder and
+// message bodies; the handler does its side effects through Effect (so that
+// a crashed worker's effects stop at its crash) and your Check counts them
+// (see the example). Run calls synctest.Test, so it is called from a test.
+//
+// # What it does not model
+//
+// SQS: retention expiry, queue-level delay, high-throughput FIFO, fair
+// queues, the native move task, in-flight limits, MD5 digests, the 12-hour
+// visibility cap counted per receive (it is counted from the first
+// receive). A stalled worker's timers keep running (only its calls wait),
+// unlike a SIGSTOP. Lambda-mode invocations are not simulated. The real
+// SDK, the HTTP wire and DynamoDB's own behaviour are not here: the
+// emulator tests cover them, and where the simulator and the emulator
+// disagree on an SQS behaviour, the emulator decides.
+package sim

@@ -1,0 +1,921 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/redrive"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// Fault is a kind of fault a run may inject; Faults is a set of them.
+type Fault uint32
+
+// The fault kinds. A seed turns each kind of the configured set on or off
+// for its run, and then schedules the faults of the kinds it turned on.
+const (
+	// Crash kills a worker at an instant and restarts it later.
+	Crash Fault = 1 << iota
+	// Stall pauses a worker past its lease (a GC pause, SIGSTOP).
+	Stall
+	// Drain stops a worker gracefully (SIGTERM) and restarts it.
+	Drain
+	// Skew gives each worker a clock off by less than the lease margin.
+	Skew
+	// Duplicate delivers a standard queue's message again while it is held.
+	Duplicate
+	// StaleDelete lets a delete with an old receipt handle leave the message.
+	StaleDelete
+	// StoreError fails claim store calls before or after the write, throttles
+	// and slows them.
+	StoreError
+	// StoreOutage takes the claim store down for a while, within the cover.
+	StoreOutage
+	// ProviderTimeout makes charges time out after moving the money, and
+	// slows some.
+	ProviderTimeout
+	// ProviderOutage answers 503 or 401 for a while, within the cover.
+	ProviderOutage
+	// LongOutage takes the provider down longer than the outage cover: valid
+	// messages may be dead-lettered, then an operator redrives them.
+	LongOutage
+	// Poison sends messages that can never be decoded.
+	Poison
+	// ProducerRetry sends a message again as a new message (the producer
+	// retried); a FIFO queue deduplicates it within five minutes.
+	ProducerRetry
+
+	// AllFaults is every kind.
+	AllFaults = Crash | Stall | Drain | Skew | Duplicate | StaleDelete | StoreError | StoreOutage |
+		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry
+)
+
+var faultNames = map[Fault]string{
+	Crash: "crash", Stall: "stall", Drain: "drain", Skew: "skew", Duplicate: "duplicate",
+	StaleDelete: "stale_delete", StoreError: "store_error", StoreOutage: "store_outage",
+	ProviderTimeout: "provider_timeout", ProviderOutage: "provider_outage", LongOutage: "long_outage",
+	Poison: "poison", ProducerRetry: "producer_retry",
+}
+
+// String names the kinds in f.
+func (f Fault) String() string {
+	var names []string
+	for k, n := range faultNames {
+		if f&k != 0 {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// QueueKind chooses the queue a run uses.
+type QueueKind int
+
+// The queue kinds.
+const (
+	// AnyQueue lets the seed choose: a FIFO queue one run in three.
+	AnyQueue QueueKind = iota
+	// Standard is a standard queue.
+	Standard
+	// FIFOQueue is a FIFO queue; messages carry a group id.
+	FIFOQueue
+)
+
+// Config describes a run. The zero value (with a Seed) runs the payment
+// workload: each message charges a payment at the Provider under the
+// message's idempotency key and commits a ledger entry with its claim.
+type Config struct {
+	// Seed chooses the workload and the fault schedule. Required for
+	// variety; 0 is a seed like any other.
+	Seed uint64
+	// Faults are the kinds the seed may turn on. Defaults to AllFaults.
+	Faults Fault
+	// Queue chooses standard or FIFO. Defaults to AnyQueue.
+	Queue QueueKind
+	// Workers is how many workers run at once. Defaults to 2 or 3 by seed.
+	Workers int
+	// Messages is how many distinct messages the producer sends. Defaults
+	// to 6 to 16 by seed.
+	Messages int
+
+	// Handler is a user's own handler, run instead of the payment workload.
+	// It does its side effects through Effect, so that a crashed worker's
+	// effects stop at its crash. Defaults to the payment workload.
+	Handler worker.Handler
+	// Decoder is the user's decoder (with Handler). Defaults to the payment
+	// workload's, or to worker.KeyFromMessageID with a user's Handler.
+	Decoder worker.Decoder
+	// Body returns the body of message i (with Handler) and, on a FIFO
+	// queue, its group. A body the Decoder refuses is poison: it must end
+	// in the dead-letter queue. Defaults to the payment workload's bodies.
+	Body func(i int) (body, group string)
+	// Check is the user's oracle, called after the run with its result: it
+	// returns what it found wrong (each string a violation). Defaults to nil.
+	Check func(r *Result) []string
+
+	// KeyByMessageID keys the payment workload by the message's original id
+	// (worker.Message.OriginalID) instead of its payment id; the producer
+	// then never retries. Defaults to false; the seed chooses when
+	// KeyMode is KeyBySeed.
+	KeyByMessageID bool
+	// KeyBySeed lets the seed choose KeyByMessageID (one run in three).
+	KeyBySeed bool
+
+	// Clock returns the clock of worker slot i given the skew the seed chose
+	// for it. Defaults to the true clock plus that skew. Tests use it to
+	// set a worker's clock ahead.
+	Clock func(slot int, skew time.Duration) func() time.Time
+	// WrapStore wraps each worker's claim store client (a test-side mutant:
+	// a store that checks then writes, drops a condition, ...). The result
+	// must implement claimstore.TxCompleter too. Defaults to nil.
+	WrapStore func(s claimstore.Store) claimstore.Store
+	// Tune changes a worker's configuration before it starts (a decoder
+	// wrapper, a smaller HoldFor). Defaults to nil.
+	Tune func(slot int, c *worker.Config)
+
+	// Rerun is the command that reruns this seed, printed with a failure.
+	// Defaults to a go test command naming the test.
+	Rerun string
+}
+
+// The world's fixed parameters.
+const (
+	visibility      = 30 * time.Second
+	maxReceiveCount = 10
+	outageCover     = 10 * time.Minute
+	faultWindow     = 20 * time.Minute // every fault starts and ends within it
+	drainBound      = 2 * time.Hour    // after the last fault (or the redrive)
+	leaseMargin     = 3 * time.Second  // worker's default for a 30s visibility
+	skewMax         = time.Second      // per worker, under the margin
+)
+
+// Result is what a run did and found.
+type Result struct {
+	// Seed is the run's seed.
+	Seed uint64
+	// Faults are the kinds the seed turned on.
+	Faults Fault
+	// FIFO says the queue was a FIFO queue.
+	FIFO bool
+	// Virtual is the virtual time the run took.
+	Virtual time.Duration
+	// Messages counts the messages sent to the source queue (producer
+	// retries and redriven messages included).
+	Messages int
+	// Drain is how long the queue took to drain after the last fault (or
+	// the redrive).
+	Drain time.Duration
+	// Injected counts the faults injected, by kind.
+	Injected map[string]int
+	// Violations are the invariants broken: none in a correct run.
+	Violations []string
+	// Keys are the keys the violations concern, for History.
+	Keys []string
+
+	// Store, Provider and SQS are the run's world, for a user's Check.
+	Store    *Store
+	Provider *Provider
+	SQS      *SQS
+	// QueueURL and DeadLetterURL are the source and dead-letter queues.
+	QueueURL, DeadLetterURL string
+
+	j *journal
+}
+
+// History returns what happened to key, one line per event with its
+// virtual time and worker: receives, claims, tokens, effects.
+func (r *Result) History(key string) string { return r.j.history(key) }
+
+// Report is the run's failure text: the violations, the rerun command, and
+// the history of the first key that broke.
+func (r *Result) Report(rerun string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d (faults %s, fifo %v): %d invariant violations\n", r.Seed, r.Faults, r.FIFO, len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  - %s\n", v)
+	}
+	fmt.Fprintf(&b, "rerun: %s\n", rerun)
+	shown := 0
+	for _, k := range r.Keys {
+		if h := r.History(k); h != "" && shown < 2 {
+			fmt.Fprintf(&b, "history of %s:\n%s\n", k, h)
+			shown++
+		}
+	}
+	return b.String()
+}
+
+// payment is the workload's message.
+type payment struct {
+	ID      string `json:"payment"`
+	Account string `json:"account"`
+	Seq     int    `json:"seq"`
+	Amount  int64  `json:"amount"`
+}
+
+// world is one run.
+type world struct {
+	cfg   Config
+	f     fate
+	kinds Fault
+	fifo  bool
+	byID  bool
+	j     *journal
+
+	sqs      *SQS
+	src, dlq string
+	store    *Store
+	provider *Provider
+
+	storeOut, provOut []window
+	start             time.Time
+	lastFault         time.Time
+
+	drain    time.Duration
+	mu       sync.Mutex
+	poison   map[string]bool // payment ids (or bodies) that are poison
+	valid    map[string]bool // payment ids that must be charged once
+	redriven bool
+}
+
+type window struct {
+	from, till time.Time
+	status     int
+}
+
+func (w *world) on(k Fault) bool { return w.kinds&k != 0 }
+
+// Simulate runs one seed's world and checks its invariants. It must be
+// called inside a testing/synctest bubble (synctest.Test): the world's
+// time is the bubble's virtual clock. Run does that for a test.
+func Simulate(cfg Config) *Result {
+	if cfg.Faults == 0 {
+		cfg.Faults = AllFaults
+	}
+	f := fate(cfg.Seed)
+	w := &world{cfg: cfg, f: f, j: newJournal(leaseMargin), start: time.Now(),
+		poison: map[string]bool{}, valid: map[string]bool{}}
+	for k := Fault(1); k <= ProducerRetry; k <<= 1 {
+		if cfg.Faults&k != 0 && f.chance(0.6, "kind", itoa(int(k))) {
+			w.kinds |= k
+		}
+	}
+	switch cfg.Queue {
+	case Standard:
+	case FIFOQueue:
+		w.fifo = true
+	default:
+		w.fifo = f.chance(1.0/3, "fifo")
+	}
+	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && cfg.Handler == nil && f.chance(1.0/3, "key-by-id"))
+	if w.fifo {
+		w.kinds &^= Duplicate | StaleDelete // FIFO queues deliver exactly once
+	}
+	w.lastFault = w.start
+	return w.run()
+}
+
+func (w *world) mark(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.After(w.lastFault) {
+		w.lastFault = t
+	}
+}
+
+func (w *world) lastFaultAt() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastFault
+}
+
+// windows schedules up to n outage windows of at most maxLen within the
+// fault window.
+func (w *world) windows(name string, n int, maxLen time.Duration, statuses ...int) []window {
+	var ws []window
+	for i := range w.f.intn(1, n, name, "n") {
+		from := w.start.Add(w.f.dur(time.Minute, faultWindow-maxLen, name, itoa(i), "from"))
+		till := from.Add(w.f.dur(30*time.Second, maxLen, name, itoa(i), "len"))
+		st := statuses[w.f.intn(0, len(statuses)-1, name, itoa(i), "status")]
+		ws = append(ws, window{from: from, till: till, status: st})
+		w.mark(till)
+	}
+	return ws
+}
+
+// longestOutage is the longest time some dependency was out: the outage
+// windows of the store and the provider merged, with gaps under two
+// minutes (a message's retry spans them) counted as outage.
+func (w *world) longestOutage() time.Duration {
+	ws := slices.Concat(w.storeOut, w.provOut)
+	slices.SortFunc(ws, func(a, b window) int { return a.from.Compare(b.from) })
+	var longest time.Duration
+	for i := 0; i < len(ws); {
+		from, till := ws[i].from, ws[i].till
+		j := i + 1
+		for ; j < len(ws) && ws[j].from.Sub(till) < 2*time.Minute; j++ {
+			if ws[j].till.After(till) {
+				till = ws[j].till
+			}
+		}
+		longest = max(longest, till.Sub(from))
+		i = j
+	}
+	return longest
+}
+
+func inWindow(ws []window, t time.Time) int {
+	for _, x := range ws {
+		if !t.Before(x.from) && t.Before(x.till) {
+			return x.status
+		}
+	}
+	return 0
+}
+
+func (w *world) run() *Result {
+	f := w.f
+	// SQS.
+	w.sqs = NewSQS(SQSConfig{
+		Duplicates: func(id string, rc int) time.Duration {
+			if !w.on(Duplicate) || !f.chance(0.15, "dup", id, itoa(rc)) {
+				return 0
+			}
+			w.j.inject("duplicate")
+			return f.dur(time.Millisecond, visibility-time.Second, "dup-after", id, itoa(rc))
+		},
+		StaleDeletes: func(id string, rc int) bool {
+			if w.on(StaleDelete) && f.chance(0.5, "stale-delete", id, itoa(rc)) {
+				w.j.inject("stale_delete")
+				return false
+			}
+			return true
+		},
+	})
+	suffix := ""
+	if w.fifo {
+		suffix = ".fifo"
+	}
+	var err error
+	if w.dlq, err = w.sqs.CreateQueue(QueueConfig{Name: "work-dlq" + suffix, Retention: 14 * 24 * time.Hour}); err != nil {
+		panic(err)
+	}
+	if w.src, err = w.sqs.CreateQueue(QueueConfig{Name: "work" + suffix, VisibilityTimeout: visibility,
+		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: maxReceiveCount}); err != nil {
+		panic(err)
+	}
+	// Store and provider.
+	w.store = NewStore()
+	if w.on(StoreOutage) {
+		w.storeOut = w.windows("store-outage", 2, 5*time.Minute, 0)
+	}
+	w.provider = &Provider{Injected: w.j.inject}
+	if w.on(ProviderOutage) {
+		w.provOut = w.windows("provider-outage", 2, 5*time.Minute, 503, 401)
+	}
+	if w.on(LongOutage) {
+		from := w.start.Add(f.dur(time.Minute, 5*time.Minute, "long-outage", "from"))
+		w.provOut = append(w.provOut, window{from: from, till: from.Add(outageCover + 5*time.Minute), status: 503})
+		w.mark(from.Add(outageCover + 5*time.Minute))
+	}
+	w.provider.Outage = func(t time.Time) int { return inWindow(w.provOut, t) }
+	w.provider.Decide = func(key string, attempt int) ProviderFault {
+		if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(faultWindow)) {
+			return ChargeOK
+		}
+		r := f.roll("charge", key, itoa(attempt))
+		switch {
+		case r < 0.15:
+			return ChargeTimeout
+		case r < 0.2:
+			return ChargeRefused
+		}
+		return ChargeOK
+	}
+	if w.on(ProviderTimeout) {
+		w.provider.Latency = func(key string, attempt int) time.Duration {
+			if f.chance(0.25, "slow-charge", key, itoa(attempt)) {
+				w.j.inject("provider_slow")
+				return f.dur(5*time.Second, time.Minute, "slow-charge-len", key, itoa(attempt))
+			}
+			return 200 * time.Millisecond
+		}
+	}
+	if w.on(StoreError) || w.on(ProviderTimeout) || w.on(Duplicate) {
+		w.mark(w.start.Add(faultWindow))
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	w.produce(ctx, &wg)
+	slots := w.cfg.Workers
+	if slots == 0 {
+		slots = f.intn(2, 3, "workers")
+	}
+	for i := range slots {
+		wg.Go(func() { w.slot(ctx, i) })
+	}
+	w.watch()
+	stop()
+	wg.Wait()
+	return w.check()
+}
+
+// produce sends the workload, spread over the first minutes, with
+// producer retries.
+func (w *world) produce(ctx context.Context, wg *sync.WaitGroup) {
+	f := w.f
+	n := w.cfg.Messages
+	if n == 0 {
+		n = f.intn(6, 16, "messages")
+	}
+	groups := f.intn(1, 4, "groups")
+	for i := range n {
+		body, group, pay := w.body(i, groups)
+		// In index order (a FIFO group's order is its send order), over
+		// the first minutes.
+		at := time.Duration(i)*12*time.Second + f.dur(0, 10*time.Second, "send", itoa(i))
+		send := func(delay time.Duration, attempt int) {
+			wg.Go(func() {
+				t := time.NewTimer(delay)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return
+				}
+				in := &sqs.SendMessageInput{QueueUrl: aws.String(w.src), MessageBody: aws.String(body)}
+				if w.fifo {
+					in.MessageGroupId, in.MessageDeduplicationId = aws.String(group), aws.String(fmt.Sprintf("m%d", i))
+				}
+				out, err := w.sqs.SendMessage(context.Background(), in)
+				if err != nil {
+					w.j.violate(pay, "producer: send: %v", err)
+					return
+				}
+				w.j.event(pay, "prod", "sent %s as %s (attempt %d)", pay, aws.ToString(out.MessageId), attempt)
+			})
+		}
+		send(at, 1)
+		if w.on(ProducerRetry) && !w.byID && f.chance(0.3, "producer-retry", itoa(i)) {
+			w.j.inject("producer_retry")
+			send(at+f.dur(0, 8*time.Minute, "producer-retry-at", itoa(i)), 2)
+		}
+	}
+}
+
+// body returns message i's body, its FIFO group and the name its history
+// is kept under (the payment id, or the user's key).
+func (w *world) body(i, groups int) (body, group, name string) {
+	if w.cfg.Body != nil {
+		body, group = w.cfg.Body(i)
+		if group == "" {
+			group = "g"
+		}
+		m := &worker.Message{ID: fmt.Sprintf("body-%d", i), Body: body}
+		if err := w.decoder().Decode(m); err != nil {
+			w.mu.Lock()
+			w.poison[body] = true
+			w.mu.Unlock()
+		}
+		return body, group, fmt.Sprintf("message %d", i)
+	}
+	p := payment{ID: fmt.Sprintf("p%d", i), Account: fmt.Sprintf("a%d", i%groups), Seq: i, Amount: int64(100 + i)}
+	b, _ := json.Marshal(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.on(Poison) && w.f.chance(0.15, "poison", itoa(i)) {
+		w.j.inject("poison")
+		w.poison[p.ID] = true
+		// Valid JSON with a payment id, refused by the decoder: its amount.
+		p.Amount = -1
+		b, _ = json.Marshal(p)
+		return string(b), p.Account, p.ID
+	}
+	w.valid[p.ID] = true
+	return string(b), p.Account, p.ID
+}
+
+// decoder is the workload's decoder.
+func (w *world) decoder() worker.Decoder {
+	if w.cfg.Decoder != nil {
+		return w.cfg.Decoder
+	}
+	if w.cfg.Handler != nil {
+		return worker.DecoderFunc(func(m *worker.Message) error { m.Key, m.Payload = m.OriginalID(), m.Body; return nil })
+	}
+	return worker.DecoderFunc(func(m *worker.Message) error {
+		var p payment
+		if err := json.Unmarshal([]byte(m.Body), &p); err != nil {
+			return fmt.Errorf("payment: %w", err)
+		}
+		if p.ID == "" || p.Amount <= 0 {
+			return fmt.Errorf("payment %q: amount %d must be positive", p.ID, p.Amount)
+		}
+		m.Payload, m.Key = p, p.ID
+		if w.byID {
+			m.Key = m.OriginalID()
+		}
+		return nil
+	})
+}
+
+// handler is the payment workload's handler on node n.
+func (w *world) handler() worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
+		p := m.Payload.(payment)
+		var id string
+		err := Effect(ctx, func() error {
+			var err error
+			id, err = w.provider.Charge(ctx, m.Key, p.ID, p.Amount)
+			return err
+		})
+		if err != nil {
+			return "", worker.Dependency("provider", err)
+		}
+		m.Commit(worker.Tx{Writes: Writes{{Account: p.Account, Ref: p.ID, Seq: p.Seq, Amount: p.Amount, Token: m.Token}}})
+		return id, nil
+	})
+}
+
+// slot runs worker slot i: incarnations started one after another as the
+// seed crashes, stalls and drains them.
+func (w *world) slot(ctx context.Context, i int) {
+	f := w.f
+	s := itoa(i)
+	skew := time.Duration(0)
+	if w.on(Skew) {
+		skew = f.dur(0, 2*skewMax, "skew", s) - skewMax
+	}
+	var clock func() time.Time
+	if w.cfg.Clock != nil {
+		clock = w.cfg.Clock(i, skew)
+	} else {
+		clock = func() time.Time { return time.Now().Add(skew) }
+	}
+	for inc := 0; ctx.Err() == nil; inc++ {
+		inc := inc
+		n := &node{slot: i, inc: inc, name: fmt.Sprintf("w%d.%d", i, inc), clock: clock}
+		// What ends this incarnation, if anything does before the world stops.
+		var crashAt, drainAt, stallAt time.Duration
+		is := itoa(inc)
+		if inc < 2 && w.on(Crash) && f.chance(0.6, "crash", s, is) {
+			crashAt = f.dur(10*time.Second, faultWindow/2, "crash-at", s, is)
+		} else if inc < 2 && w.on(Drain) && f.chance(0.5, "drain", s, is) {
+			drainAt = f.dur(10*time.Second, faultWindow/2, "drain-at", s, is)
+		}
+		if inc == 0 && w.on(Stall) && f.chance(0.7, "stall", s) {
+			stallAt = f.dur(10*time.Second, faultWindow-5*time.Minute, "stall-at", s)
+		}
+		if !w.incarnation(ctx, n, crashAt, drainAt, stallAt) {
+			return
+		}
+		// Restarted after a while.
+		if !sleep(ctx, f.dur(0, 2*time.Minute, "restart", s, is)) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// incarnation runs one worker process until the world stops (false) or
+// the process crashes or drains (true: restart it).
+func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
+	fs := &FaultyStore{Inner: w.store.View(n.clock), Injected: w.j.inject,
+		Outage: func(t time.Time) bool { return inWindow(w.storeOut, t) != 0 }}
+	if w.on(StoreError) {
+		fs.Decide = func(op, key string, attempt int) StoreFault {
+			if time.Now().After(w.start.Add(faultWindow)) {
+				return NoFault
+			}
+			r := w.f.roll("store", n.name, op, key, itoa(attempt))
+			switch {
+			case r < 0.05:
+				return FailBefore
+			case r < 0.1:
+				return LoseAnswer
+			case r < 0.12:
+				return Throttle
+			case r < 0.17:
+				return Slow
+			}
+			return NoFault
+		}
+	}
+	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: func(op, key string) time.Duration {
+		// A pause can land between a handler's return and its completion,
+		// the instant the completion's fencing exists for.
+		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
+			return 0
+		}
+		w.j.inject("stall")
+		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
+		w.mark(time.Now().Add(d))
+		return d
+	}}
+	if w.cfg.WrapStore != nil {
+		store = w.cfg.WrapStore(store)
+	}
+	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
+	h := w.cfg.Handler
+	if h == nil {
+		h = w.handler()
+	}
+	dec := w.decoder()
+	cfg := worker.Config{
+		QueueURL: w.src,
+		SQS:      gatedSQS{n: n, api: w.sqs},
+		Store:    store,
+		Handler: worker.HandlerFunc(func(hctx context.Context, m *worker.Message) (string, error) {
+			hctx = context.WithValue(hctx, nodeKey{}, n)
+			r, err := h.Handle(hctx, m)
+			w.j.event(w.name(m), n.name, "handler token %d: %s", m.Token, errText(err))
+			return r, err
+		}),
+		Decoder: worker.DecoderFunc(func(m *worker.Message) error {
+			err := dec.Decode(m)
+			w.j.alias(m.Key, w.name(m))
+			w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
+			return err
+		}),
+		Concurrency:     4,
+		ShutdownTimeout: 10 * time.Second,
+		OutageCover:     outageCover,
+		HoldFor:         2 * time.Minute,
+		Owner:           n.name,
+		Logger:          slog.New(slog.DiscardHandler),
+		Now:             n.clock,
+	}
+	if w.cfg.Tune != nil {
+		w.cfg.Tune(n.slot, &cfg)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wk, err := worker.New(wctx, cfg)
+	if err != nil {
+		w.j.violate("world", "%s: worker.New: %v", n.name, err)
+		return false
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = wk.Run(wctx) }()
+	timer := func(d time.Duration) <-chan time.Time {
+		if d == 0 {
+			return nil
+		}
+		w.mark(time.Now().Add(d))
+		return time.After(d)
+	}
+	crash, drain, stall := timer(crashAt), timer(drainAt), timer(stallAt)
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return false
+		case <-crash:
+			w.j.inject("crash")
+			n.crash()
+			cancel()
+			<-done
+			return true
+		case <-drain:
+			w.j.inject("drain")
+			cancel()
+			<-done
+			return true
+		case <-stall:
+			w.j.inject("stall")
+			d := w.f.dur(40*time.Second, 3*time.Minute, "stall-len", itoa(n.slot))
+			w.mark(time.Now().Add(d))
+			n.stall(time.Now().Add(d))
+			stall = nil
+		}
+	}
+}
+
+// name is the key a message's history is kept under: its payment id, or
+// its idempotency key for a user's workload.
+func (w *world) name(m *worker.Message) string {
+	if p, ok := m.Payload.(payment); ok {
+		return p.ID
+	}
+	if w.cfg.Handler == nil {
+		var p payment
+		if json.Unmarshal([]byte(m.Body), &p) == nil && p.ID != "" {
+			return p.ID
+		}
+	}
+	if m.Key != "" {
+		return m.Key
+	}
+	return m.ID
+}
+
+// watch waits until the world has settled (everything sent, the source
+// queue empty, poison dead-lettered, the dead-letter queue redriven once
+// if valid messages are in it) or the drain bound passed.
+func (w *world) watch() {
+	redriveAt := time.Time{}
+	for {
+		time.Sleep(10 * time.Second)
+		now := time.Now()
+		quiet := now.After(w.lastFaultAt()) && now.After(w.start.Add(12*time.Minute))
+		src := w.sqs.Stats(w.src)
+		if quiet && !w.redriven && src.Visible+src.InFlight == 0 && w.validInDLQ() > 0 {
+			if redriveAt.IsZero() {
+				redriveAt = now.Add(time.Minute)
+			} else if now.After(redriveAt) {
+				w.redrive()
+				continue
+			}
+		}
+		last := w.lastFaultAt()
+		if w.redriven && redriveAt.After(last) {
+			last = redriveAt
+		}
+		if quiet && src.Visible+src.InFlight == 0 && w.validInDLQ() == 0 && w.sqs.Stats(w.dlq).InFlight == 0 {
+			w.drain = max(0, now.Sub(last))
+			return
+		}
+		if now.Sub(last) > drainBound {
+			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight, %d valid dead-lettered",
+				drainBound, src.Visible, src.InFlight, w.validInDLQ())
+			return
+		}
+	}
+}
+
+// validInDLQ counts the dead-letter queue's messages that are not poison.
+func (w *world) validInDLQ() int {
+	n := 0
+	for _, m := range w.sqs.Messages(w.dlq) {
+		if !w.isPoison(aws.ToString(m.Body)) {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *world) isPoison(body string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.poison[body] {
+		return true
+	}
+	var p payment
+	if w.cfg.Body == nil && json.Unmarshal([]byte(body), &p) == nil {
+		return w.poison[p.ID]
+	}
+	return false
+}
+
+// redrive moves the dead-letter queue back, as an operator would with
+// `worker redrive`, after checking that only a long outage put valid
+// messages there.
+func (w *world) redrive() {
+	for _, m := range w.sqs.Messages(w.dlq) {
+		body := aws.ToString(m.Body)
+		if w.isPoison(body) {
+			continue
+		}
+		name := body
+		var p payment
+		if json.Unmarshal([]byte(body), &p) == nil && p.ID != "" {
+			name = p.ID
+		}
+		// Receives spent by crashes, stalls, drains and duplicate
+		// deliveries are not the schedule's to cover: the check holds
+		// where only dependency failures spent them.
+		if w.kinds&(Crash|Stall|Drain|Duplicate) == 0 && w.longestOutage() < outageCover-2*time.Minute {
+			w.j.violate(name, "valid message %s dead-lettered (reason %q) though every outage ended within the %s cover",
+				aws.ToString(m.MessageId), aws.ToString(m.MessageAttributes[worker.ReasonAttribute].StringValue), outageCover)
+		}
+		w.j.event(name, "oper", "redrive %s", aws.ToString(m.MessageId))
+	}
+	w.redriven = true
+	w.j.inject("redrive")
+	// Max: what is there now. Without it, Move also takes poison the
+	// workers dead-letter again meanwhile, and moves it back for ever.
+	n := len(w.sqs.Messages(w.dlq))
+	if _, err := redrive.Move(context.Background(), w.sqs, w.src, w.dlq, redrive.Options{Max: n}); err != nil {
+		w.j.violate("world", "redrive: %v", err)
+	}
+}
+
+// check runs the invariants after the run.
+func (w *world) check() *Result {
+	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Virtual: time.Since(w.start),
+		Messages: w.sqs.Stats(w.src).Sent, Drain: w.drain, Store: w.store, Provider: w.provider, SQS: w.sqs,
+		QueueURL: w.src, DeadLetterURL: w.dlq, j: w.j}
+	for _, s := range w.store.Stale() {
+		w.j.violate("world", "fencing: %s", s)
+	}
+	ledger := w.store.Ledger()
+	if w.cfg.Handler == nil {
+		w.checkPayments(ledger)
+	}
+	// Poison ends dead-lettered, with its reason.
+	dead := map[string]bool{}
+	for _, m := range w.sqs.Messages(w.dlq) {
+		body := aws.ToString(m.Body)
+		if !w.isPoison(body) {
+			continue
+		}
+		dead[body] = true
+		if aws.ToString(m.MessageAttributes[worker.ReasonAttribute].StringValue) == "" {
+			w.j.violate(body, "poison message %s dead-lettered without a reason", aws.ToString(m.MessageId))
+		}
+	}
+	if src := w.sqs.Stats(w.src); src.Visible+src.InFlight > 0 {
+		w.j.violate("world", "source queue not empty at the end: %d visible, %d in flight", src.Visible, src.InFlight)
+	}
+	w.mu.Lock()
+	for _, p := range slices.Sorted(maps.Keys(w.poison)) {
+		found := dead[p]
+		for b := range dead {
+			var pp payment
+			if json.Unmarshal([]byte(b), &pp) == nil && pp.ID == p {
+				found = true
+			}
+		}
+		if !found {
+			w.j.violations = append(w.j.violations, violation{key: p, what: fmt.Sprintf("poison %s is not in the dead-letter queue", p)})
+		}
+	}
+	w.mu.Unlock()
+	if w.cfg.Check != nil {
+		for _, v := range w.cfg.Check(r) {
+			w.j.violate("check", "%s", v)
+		}
+	}
+	w.j.mu.Lock()
+	for _, v := range w.j.violations {
+		r.Violations = append(r.Violations, v.key+": "+v.what)
+		if !slices.Contains(r.Keys, v.key) {
+			r.Keys = append(r.Keys, v.key)
+		}
+	}
+	r.Injected = maps.Clone(w.j.injected)
+	w.j.mu.Unlock()
+	return r
+}
+
+func (w *world) checkPayments(ledger []Applied) {
+	entries := map[string][]Applied{}
+	for _, a := range ledger {
+		entries[a.Ref] = append(entries[a.Ref], a)
+		if a.Entry.Token != a.Token {
+			w.j.violate(a.Ref, "ledger entry written by token %d committed with the claim of token %d", a.Entry.Token, a.Token)
+		}
+	}
+	w.mu.Lock()
+	valid := slices.Sorted(maps.Keys(w.valid))
+	poison := slices.Sorted(maps.Keys(w.poison))
+	w.mu.Unlock()
+	for _, p := range valid {
+		if n := len(w.provider.Moved(p)); n != 1 {
+			w.j.violate(p, "money moved %d times for payment %s", n, p)
+		}
+		if n := len(entries[p]); n != 1 {
+			w.j.violate(p, "ledger entry applied %d times for payment %s", n, p)
+		}
+	}
+	for _, p := range poison {
+		if n := len(w.provider.Moved(p)) + len(entries[p]); n != 0 {
+			w.j.violate(p, "poison payment %s had %d effects", p, n)
+		}
+	}
+	if w.fifo && !w.redriven {
+		last := map[string]int{}
+		for _, a := range ledger {
+			if s, ok := last[a.Account]; ok && a.Seq < s {
+				w.j.violate(a.Ref, "FIFO group %s: payment %s (seq %d) applied after seq %d", a.Account, a.Ref, a.Seq, s)
+			}
+			last[a.Account] = a.Seq
+		}
+	}
+}
