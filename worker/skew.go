@@ -203,6 +203,7 @@ func (m measuredSQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAtt
 	return m.api.GetQueueAttributes(ctx, in, append(opts, m.opt)...)
 }
 
+//nolint:revive // the SQS client's name, which SQSAPI requires
 func (m measuredSQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
 	return m.api.GetQueueUrl(ctx, in, append(opts, m.opt)...)
 }

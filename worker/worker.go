@@ -169,6 +169,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
+	stopping := time.Now() // the timeout counts from here, receives in flight included
 	close(w.stop)
 	pollers.Wait()
 	w.log.Info("stopping: waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
@@ -178,7 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// release their claims once cancelled; one that ignores its context is
 	// abandoned when the timeout is up.
 	cancelAt := w.cfg.ShutdownTimeout - min(w.cfg.ShutdownTimeout/4, storeCallTimeout)
-	timer := time.NewTimer(cancelAt)
+	timer := time.NewTimer(cancelAt - time.Since(stopping))
 	defer timer.Stop()
 	select {
 	case <-drained:
@@ -187,7 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// made visible again: nothing is lost, only retried.
 		w.log.Warn("shutdown timeout: cancelling in-flight handlers")
 		cancelHandlers()
-		timer.Reset(w.cfg.ShutdownTimeout - cancelAt)
+		timer.Reset(w.cfg.ShutdownTimeout - time.Since(stopping))
 		select {
 		case <-drained:
 		case <-timer.C:
