@@ -74,30 +74,33 @@ func TestResponsesThatSayNothingReleaseTheKey(t *testing.T) {
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusTooManyRequests} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
-			a := serve(t, memory.New(memory.Config{}), idempotency.Options{}, &api{status: func(run int32) int {
-				if run == 1 {
-					return status
+			eachBackend(t, func(t *testing.T, s claimstore.Store) {
+				a := serve(t, s, idempotency.Options{}, &api{status: func(run int32) int {
+					if run == 1 {
+						return status
+					}
+					return http.StatusCreated
+				}})
+				if r := send(t, a.srv, "/orders", "Bearer alice", "k", `{}`); r.status != status {
+					t.Fatalf("first = %+v, want the handler's %d", r, status)
 				}
-				return http.StatusCreated
-			}})
-			if r := send(t, a.srv, "/orders", "Bearer alice", "k", `{}`); r.status != status {
-				t.Fatalf("first = %+v, want the handler's %d", r, status)
-			}
-			if r := send(t, a.srv, "/orders", "Bearer alice", "k", `{}`); r.status != http.StatusCreated || r.replayed {
-				t.Errorf("retry after %d = %+v, want the handler to run again", status, r)
-			}
+				if r := send(t, a.srv, "/orders", "Bearer alice", "k", `{}`); r.status != http.StatusCreated || r.replayed {
+					t.Errorf("retry after %d = %+v, want the handler to run again", status, r)
+				}
+			})
 		})
 	}
 }
 
 func TestFingerprintCoversTheQuery(t *testing.T) {
 	t.Parallel()
-	a := &api{}
-	serve(t, memory.New(memory.Config{}), idempotency.Options{}, a)
-	send(t, a.srv, "/orders?account=alice", "Bearer alice", "k", `{}`)
-	if r := send(t, a.srv, "/orders?account=bob", "Bearer alice", "k", `{}`); r.status != http.StatusUnprocessableEntity {
-		t.Errorf("the key with another query = %+v, want 422", r)
-	}
+	eachBackend(t, func(t *testing.T, s claimstore.Store) {
+		a := serve(t, s, idempotency.Options{}, &api{})
+		send(t, a.srv, "/orders?account=alice", "Bearer alice", "k", `{}`)
+		if r := send(t, a.srv, "/orders?account=bob", "Bearer alice", "k", `{}`); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("the key with another query = %+v, want 422", r)
+		}
+	})
 }
 
 func TestFingerprintFieldsAreDelimited(t *testing.T) {
@@ -116,22 +119,24 @@ func TestFingerprintFieldsAreDelimited(t *testing.T) {
 
 func TestKeyIsAStructuredFieldString(t *testing.T) {
 	t.Parallel()
-	a := serve(t, memory.New(memory.Config{}), idempotency.Options{}, &api{})
-	first := send(t, a.srv, "/orders", "Bearer alice", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`)
-	if first.status != http.StatusCreated {
-		t.Fatalf("first = %+v", first)
-	}
-	if r := send(t, a.srv, "/orders", "Bearer alice", `8e03978e-40d5-43e8-bc93-6894a57f9324`, `{}`); !r.replayed || r.body != first.body {
-		t.Errorf("the same key as a bare token = %+v, want the quoted key's response replayed", r)
-	}
-	for _, bad := range []string{`"unterminated`, `"a"b`, `"bad \q escape"`, `""`} {
-		if r := send(t, a.srv, "/orders", "Bearer alice", bad, `{}`); r.status != http.StatusBadRequest {
-			t.Errorf("key %s = %+v, want 400", bad, r)
+	eachBackend(t, func(t *testing.T, s claimstore.Store) {
+		a := serve(t, s, idempotency.Options{}, &api{})
+		first := send(t, a.srv, "/orders", "Bearer alice", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`)
+		if first.status != http.StatusCreated {
+			t.Fatalf("first = %+v", first)
 		}
-	}
-	if n := a.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+		if r := send(t, a.srv, "/orders", "Bearer alice", `8e03978e-40d5-43e8-bc93-6894a57f9324`, `{}`); !r.replayed || r.body != first.body {
+			t.Errorf("the same key as a bare token = %+v, want the quoted key's response replayed", r)
+		}
+		for _, bad := range []string{`"unterminated`, `"a"b`, `"bad \q escape"`, `""`} {
+			if r := send(t, a.srv, "/orders", "Bearer alice", bad, `{}`); r.status != http.StatusBadRequest {
+				t.Errorf("key %s = %+v, want 400", bad, r)
+			}
+		}
+		if n := a.runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times, want 1", n)
+		}
+	})
 }
 
 func TestClientDisconnectDoesNotEndTheClaim(t *testing.T) {
