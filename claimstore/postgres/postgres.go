@@ -255,6 +255,9 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	if err := p.Check(s.cfg.KeyPrefix, local); err != nil {
 		return claimstore.Acquisition{}, err
 	}
+	if err := checkText(p.Key); err != nil {
+		return claimstore.Acquisition{}, err
+	}
 	if p.Acq == "" {
 		p.Acq = claimstore.NewAcq()
 	}
@@ -347,6 +350,9 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 	if err := claimstore.CheckKey(s.cfg.KeyPrefix, key); err != nil {
 		return claimstore.Claim{}, err
 	}
+	if err := checkText(key); err != nil {
+		return claimstore.Claim{}, err
+	}
 	now, local := s.clock()
 	x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.get, s.cfg.KeyPrefix+key, now), key)
 	switch {
@@ -362,3 +368,13 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 
 // DB returns the store's connection pool, Config.DB.
 func (s *Store) DB() DB { return s.cfg.DB }
+
+// checkText rejects a key PostgreSQL's text type cannot hold (a NUL byte),
+// which would otherwise fail every statement as a backend error, retried
+// forever.
+func checkText(key string) error {
+	if strings.IndexByte(key, 0) >= 0 {
+		return fmt.Errorf("%w: contains a NUL byte, which PostgreSQL text cannot hold", claimstore.ErrInvalidKey)
+	}
+	return nil
+}

@@ -114,3 +114,19 @@ func TestCreateSchemaIsIdempotent(t *testing.T) {
 		t.Errorf("table comment %q does not say %q", comment, want)
 	}
 }
+
+// TestNULKeyRejected: a key with a NUL byte is an invalid key, not a
+// backend error retried forever (PostgreSQL text cannot hold it).
+func TestNULKeyRejected(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := newStore(t, pool, pgtest.Table(t, pool), nil)
+	now := time.Now()
+	_, err := s.Acquire(context.Background(), claimstore.AcquireParams{Key: "a\x00b", LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+	if !errors.Is(err, claimstore.ErrInvalidKey) {
+		t.Fatalf("Acquire with a NUL in the key: err = %v, want ErrInvalidKey", err)
+	}
+	if _, err := s.Get(context.Background(), "a\x00b"); !errors.Is(err, claimstore.ErrInvalidKey) {
+		t.Fatalf("Get with a NUL in the key: err = %v, want ErrInvalidKey", err)
+	}
+}

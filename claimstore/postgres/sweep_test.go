@@ -129,3 +129,37 @@ func TestSweepKeepsTheTableBounded(t *testing.T) {
 	}
 	t.Logf("%d keys over %d minutes; at most %d rows after a sweep", perMinute*minutes, minutes, maxRows)
 }
+
+// TestSweepEvery is the worker's sweeper: rows that expire are deleted at
+// the next tick, live ones kept, and it stops with its context.
+func TestSweepEvery(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool)
+	clock := claimstoretest.NewClock()
+	s := newStore(t, pool, table, clock.Now)
+	ctx := context.Background()
+	for i := range 10 {
+		now := clock.Now()
+		exp := now.Add(time.Minute)
+		if i%2 == 0 {
+			exp = now.Add(time.Hour)
+		}
+		if _, err := s.Acquire(ctx, claimstore.AcquireParams{Key: fmt.Sprint("k", i), LeaseUntil: now.Add(time.Second), ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.SweepEvery(sctx, 20*time.Millisecond, postgres.SweepParams{Batch: 2}, nil); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, pool, table) != 5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got := count(t, pool, table); got != 5 {
+		t.Fatalf("rows after the sweeper ran = %d, want the 5 live ones", got)
+	}
+}
