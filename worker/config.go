@@ -48,8 +48,10 @@ type Config struct {
 	// Retention is how long completed keys are remembered. It must be at
 	// least the queue's retention. Defaults to DefaultRetention.
 	Retention time.Duration
-	// ShutdownTimeout is how long Run waits, after its context ends, for
-	// in-flight messages; then their contexts are cancelled. Defaults to 30s.
+	// ShutdownTimeout bounds Run's return after its context ends: in-flight
+	// messages get all of it but a quarter (at most 5s), then their contexts
+	// are cancelled and the rest is left for releasing their claims.
+	// Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// MinRetryBackoff is the delay before the first retry of a failed
 	// step, in process or through the queue. Defaults to 1s.

@@ -206,7 +206,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	queueURL := s.String("queue-url", "QUEUE_URL", "", "source SQS queue URL (required)")
 	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 16, "messages processed at once")
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 0, "lease length and visibility timeout per receive (default: the queue's)")
-	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM waits for in-flight messages")
+	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "longest time from SIGTERM to exit; in-flight handlers are cancelled before its last quarter (at most 5s)")
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
 	owner := s.String("owner", "WORKER_OWNER", "", "name of this instance in claims (default: host/pid/random)")
 	outageCover := s.Duration("outage-cover", "OUTAGE_COVER", 0, "dependency outage a message's receives must outlast before SQS may dead-letter it (default 1h)")
