@@ -52,6 +52,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkStore(ctx, cfg.Store); err != nil {
+		return nil, err
+	}
 	q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -89,6 +92,29 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		probe: make(chan struct{}, 1),
 		proc:  proc,
 	}, nil
+}
+
+// checker is a store that can check at start that it can work: its table
+// exists with the key and TTL it needs (dynamo.Store.Check).
+type checker interface {
+	Check(ctx context.Context) error
+}
+
+// checkStore runs the store's Check, if it has one; a failure wraps
+// ErrConfig, so the worker refuses to start rather than fail at the first
+// message.
+func checkStore(ctx context.Context, s any) error {
+	c, ok := s.(checker)
+	if !ok {
+		return nil
+	}
+	if err := c.Check(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err // stopped while checking
+		}
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
 
 // Health returns nil while the worker receives normally, and an error

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -74,12 +75,18 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		if !ue.silent {
-			fmt.Fprintln(stderr, "worker:", ue.Error())
+			fmt.Fprintln(stderr, "worker:", unprefixed(ue.Error()))
 		}
 		return 2
 	}
-	fmt.Fprintln(stderr, "worker:", err)
+	fmt.Fprintln(stderr, "worker:", unprefixed(err.Error()))
 	return 1
+}
+
+// unprefixed drops the "worker: " the worker package's errors start with,
+// which exitCode's own prefix would double.
+func unprefixed(msg string) string {
+	return strings.TrimPrefix(msg, "worker: ")
 }
 
 func usage(w io.Writer, cmds map[string]command) {

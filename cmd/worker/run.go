@@ -27,7 +27,7 @@ type appSettings struct {
 	table, keyPrefix, providerURL, providerKey, keyFrom, logLevel *string
 	retention, providerTimeout, keyLifetime                       *time.Duration
 	providerAttempts                                              *int
-	lookup                                                        *bool
+	lookup, strict                                                *bool
 	ledger                                                        ledgerSettings
 }
 
@@ -44,6 +44,7 @@ func defineApp(s *settings) *appSettings {
 		providerAttempts: s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
 		keyLifetime:      s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
 		lookup:           s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
+		strict:           s.Bool("payment-strict", "PAYMENT_STRICT", false, "dead-letter payment messages with fields other than payment_id, amount and currency (false: ignore them, logging each name once)"),
 		ledger:           defineLedger(s),
 	}
 }
@@ -121,7 +122,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	}
 	return &app{
 		log: log, aws: cfg, store: store, client: client, tracing: tr,
-		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
+		handler: h, decoder: &payment.Decoder{KeyFrom: keyFrom, Strict: *a.strict, Logger: log}, keyLifetime: *a.keyLifetime,
 	}, nil
 }
 
@@ -269,6 +270,12 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	ap.warnKeyLifetime(w.Queue())
 	if ap.client != nil {
 		registerProviderMetrics(reg, ap.client)
+	}
+	if d, ok := ap.decoder.(*payment.Decoder); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "claimfirst_payment_unknown_fields_total",
+			Help: "Payment messages with fields other than payment_id, amount and currency, which were ignored.",
+		}, func() float64 { return float64(d.UnknownFields()) }))
 	}
 	if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
