@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -235,6 +236,10 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 // storeDependency names the claim store in breaker metrics and logs.
 const storeDependency = "claimstore"
 
+// handlerDependency labels a handler's own failures (not wrapped by
+// Dependency) in claimfirst_retries_total.
+const handlerDependency = "handler"
+
 // acquisition is what claiming a message's key came to: a claim held by
 // this delivery (Acquired), the stored result of a completed key
 // (Duplicate), or why the delivery cannot have it.
@@ -461,7 +466,7 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 		return false
 	}
 	wait := max(p.holdDelay(try), retryAfterOf(err))
-	p.metrics.retries.WithLabelValues(dep).Inc()
+	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
 		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
 	return p.sleep(ctx, l.stop, wait)

@@ -56,36 +56,36 @@ func (s *settings) String(flagName, env, def, usage string) *string {
 
 // Int defines an integer setting.
 func (s *settings) Int(flagName, env string, def int, usage string) *int {
-	return s.fs.Int(flagName, fromEnv(s, env, def, strconv.Atoi, "an integer"), s.describe(env, usage))
+	return s.fs.Int(flagName, fromEnv(s, flagName, env, def, strconv.Atoi, "an integer"), s.describe(env, usage))
 }
 
 // Float defines a floating-point setting.
 func (s *settings) Float(flagName, env string, def float64, usage string) *float64 {
 	parse := func(e string) (float64, error) { return strconv.ParseFloat(e, 64) }
-	return s.fs.Float64(flagName, fromEnv(s, env, def, parse, "a number"), s.describe(env, usage))
+	return s.fs.Float64(flagName, fromEnv(s, flagName, env, def, parse, "a number"), s.describe(env, usage))
 }
 
 // Duration defines a Go duration setting ("30s", "96h").
 func (s *settings) Duration(flagName, env string, def time.Duration, usage string) *time.Duration {
-	v := fromEnv(s, env, def, time.ParseDuration, "a Go duration such as 30s or 96h")
+	v := fromEnv(s, flagName, env, def, time.ParseDuration, "a Go duration such as 30s or 96h")
 	return s.fs.Duration(flagName, v, s.describe(env, usage))
 }
 
 // Bool defines a boolean setting.
 func (s *settings) Bool(flagName, env string, def bool, usage string) *bool {
-	return s.fs.Bool(flagName, fromEnv(s, env, def, strconv.ParseBool, "a boolean"), s.describe(env, usage))
+	return s.fs.Bool(flagName, fromEnv(s, flagName, env, def, strconv.ParseBool, "a boolean"), s.describe(env, usage))
 }
 
 // fromEnv returns env's value parsed, or def if env is unset; a value that
 // does not parse is recorded for Parse to report, naming the variable.
-func fromEnv[T any](s *settings, env string, def T, parse func(string) (T, error), what string) T {
+func fromEnv[T any](s *settings, flagName, env string, def T, parse func(string) (T, error), what string) T {
 	e := s.envValue(env)
 	if e == "" {
 		return def
 	}
 	v, err := parse(e)
 	if err != nil {
-		s.errs = append(s.errs, fmt.Errorf("%s=%q: not %s", env, e, what))
+		s.errs = append(s.errs, fmt.Errorf("%s (-%s) %q: not %s", env, flagName, e, what))
 		return def
 	}
 	return v

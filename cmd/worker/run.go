@@ -270,6 +270,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	ap.warnKeyLifetime(w.Queue())
 	if ap.client != nil {
 		registerProviderMetrics(reg, ap.client)
+		metrics.KnownDependencies("provider")
 	}
 	if d, ok := ap.decoder.(*payment.Decoder); ok {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -1,0 +1,61 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/claimfirst/claimfirst/claimstore/memory"
+)
+
+// TestMetricsLabels: the retry and breaker series of the known
+// dependencies exist at zero before any failure (dashboards and alarms see
+// them), and a handler's own error is retries_total{dependency="handler"}.
+func TestMetricsLabels(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	for _, want := range []string{
+		`claimfirst_retries_total{dependency="sqs"} 0`, `claimfirst_retries_total{dependency="claimstore"} 0`,
+		`claimfirst_retries_total{dependency="handler"} 0`,
+		`claimfirst_breaker_open{dependency="sqs"} 0`, `claimfirst_breaker_open{dependency="claimstore"} 0`,
+	} {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if len(m.GetLabel()) != 1 {
+					continue
+				}
+				line := mf.GetName() + `{dependency="` + m.GetLabel()[0].GetValue() + `"} 0`
+				if line == want && (m.GetCounter().GetValue() == 0 && m.GetGauge().GetValue() == 0) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s before the first failure", want)
+		}
+	}
+
+	var calls atomic.Int32
+	f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) {
+		if calls.Add(1) == 1 {
+			return "", errors.New("the handler's own error")
+		}
+		return "ok", nil
+	}))
+	f.p.now, f.p.minBackoff, f.p.maxHold = time.Now, 10*time.Millisecond, 20*time.Millisecond
+	f.p.store = memory.New(memory.Config{})
+	f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
+	if got := counterValue(f.metrics.retries.WithLabelValues("handler")); got != 1 {
+		t.Errorf(`retries{dependency="handler"} = %v, want 1 (retries{""} = %v)`, got, counterValue(f.metrics.retries.WithLabelValues("")))
+	}
+}
