@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,10 @@ func TestShutdownBounded(t *testing.T) {
 		waitFor(t, 30*time.Second, "worker started", func() bool { return w.logCount("worker started") == 1 })
 		time.Sleep(time.Second) // the pollers are inside their long polls
 		took, stopping := sigterm(t, w, 30*time.Second)
+		// The documented defaults are not risky: nothing to warn about.
+		if n := strings.Count(w.log.String(), `"level":"WARN"`); n != 0 {
+			t.Errorf("%d WARN lines on the documented defaults:\n%s", n, w.log.String())
+		}
 		t.Logf("idle worker: SIGTERM to exit %s, to the stopping line %s", took.Round(time.Millisecond), stopping.Round(time.Millisecond))
 		if took > 2*time.Second+slack {
 			t.Errorf("idle worker took %s to exit after SIGTERM, want about 2s", took.Round(time.Millisecond))

@@ -3,9 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -57,5 +60,24 @@ func TestMetricsLabels(t *testing.T) {
 	f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
 	if got := counterValue(f.metrics.retries.WithLabelValues("handler")); got != 1 {
 		t.Errorf(`retries{dependency="handler"} = %v, want 1 (retries{""} = %v)`, got, counterValue(f.metrics.retries.WithLabelValues("")))
+	}
+}
+
+func TestResultAttrsTruncates(t *testing.T) {
+	t.Parallel()
+	if got := resultAttrs("ch_1"); len(got) != 1 || got[0].(slog.Attr).Value.String() != "ch_1" {
+		t.Errorf("short result: %v", got)
+	}
+	big := strings.Repeat("é", 300_000) // 600,000 bytes
+	got := resultAttrs(big)
+	if len(got) != 2 {
+		t.Fatalf("long result: %d attrs, want result and result_bytes", len(got))
+	}
+	r, n := got[0].(slog.Attr), got[1].(slog.Attr)
+	if len(r.Value.String()) > maxLoggedResult+3 || !utf8.ValidString(r.Value.String()) {
+		t.Errorf("logged %d bytes (valid UTF-8 %v), want at most %d", len(r.Value.String()), utf8.ValidString(r.Value.String()), maxLoggedResult+3)
+	}
+	if n.Key != "result_bytes" || n.Value.Int64() != 600_000 {
+		t.Errorf("size attr %v, want result_bytes=600000", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -197,7 +198,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		}
 		p.metrics.count(OutcomeCompleted)
 		p.breaker.success()
-		log.Info("completed", slog.String("result", result))
+		log.Info("completed", resultAttrs(result)...)
 		return disposition{action: actAck}
 	}
 
@@ -235,6 +236,22 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 
 // storeDependency names the claim store in breaker metrics and logs.
 const storeDependency = "claimstore"
+
+// maxLoggedResult is the most of a result a log line carries.
+const maxLoggedResult = 256
+
+// resultAttrs is a result for a log line: whole when short, else its first
+// maxLoggedResult bytes (on a rune boundary) and its size in bytes.
+func resultAttrs(result string) []any {
+	if len(result) <= maxLoggedResult {
+		return []any{slog.String("result", result)}
+	}
+	cut := maxLoggedResult
+	for cut > 0 && !utf8.RuneStart(result[cut]) {
+		cut--
+	}
+	return []any{slog.String("result", result[:cut]+"..."), slog.Int("result_bytes", len(result))}
+}
 
 // handlerDependency labels a handler's own failures (not wrapped by
 // Dependency) in claimfirst_retries_total.

@@ -75,7 +75,8 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		if !ue.silent {
-			fmt.Fprintln(stderr, "worker:", unprefixed(ue.Error()))
+			// One line, however many problems errors.Join put together.
+			fmt.Fprintln(stderr, "worker:", strings.ReplaceAll(unprefixed(ue.Error()), "\n", "; "))
 		}
 		return 2
 	}

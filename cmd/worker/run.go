@@ -58,6 +58,7 @@ type app struct {
 	handler     worker.Handler
 	decoder     worker.Decoder
 	keyLifetime time.Duration
+	lookup      bool     // PROVIDER_LOOKUP
 	tracing     *tracing // OTEL_*: off unless they turn it on
 }
 
@@ -69,7 +70,13 @@ func (a *app) warnKeyLifetime(q worker.QueueInfo) {
 		return // no provider (HANDLER=ledger)
 	}
 	if longest := q.Retention + q.DeadLetterRetention; longest > a.keyLifetime {
-		a.log.Warn("a retry can come after the provider has forgotten its key; late retries are looked up before charging, or set aside to reconcile",
+		// With the lookup on (the default) a late retry is looked up before
+		// charging: a notice. Without it, late retries are set aside.
+		level, msg := slog.LevelInfo, "a retry can come after the provider has forgotten its key; late retries are looked up before charging"
+		if !a.lookup {
+			level, msg = slog.LevelWarn, "a retry can come after the provider has forgotten its key, and PROVIDER_LOOKUP is off: late retries are dead-lettered to reconcile by hand"
+		}
+		a.log.Log(context.Background(), level, msg,
 			slog.String("provider_key_lifetime", a.keyLifetime.String()),
 			slog.String("queue_retention", q.Retention.String()), slog.String("dlq_retention", q.DeadLetterRetention.String()))
 	}
@@ -123,6 +130,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	return &app{
 		log: log, aws: cfg, store: store, client: client, tracing: tr,
 		handler: h, decoder: &payment.Decoder{KeyFrom: keyFrom, Strict: *a.strict, Logger: log}, keyLifetime: *a.keyLifetime,
+		lookup: *a.lookup,
 	}, nil
 }
 
