@@ -42,6 +42,7 @@ func commands() map[string]command {
 		"setup":    {"create the queue, dead-letter queue and claim table for local development", cmdSetup},
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
 		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
+		"version":  {"print the module version and the commit it was built from", cmdVersion},
 	}
 }
 
@@ -59,6 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "-version" || args[0] == "--version" {
+		args[0] = "version"
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -97,7 +101,7 @@ Usage: worker <command> [flags]   (each flag also reads the environment variable
 
 Commands:
 `)
-	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive"} {
+	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive", "version"} {
 		fmt.Fprintf(w, "  %-9s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, `
