@@ -81,3 +81,25 @@ func TestResultAttrsTruncates(t *testing.T) {
 		t.Errorf("size attr %v, want result_bytes=600000", n)
 	}
 }
+
+// TestReasonSaysItOnce: a dead-letter reason whose cause repeats it says it
+// once.
+func TestReasonSaysItOnce(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{Permanent("idempotency key reused with a different payment",
+			errors.New("provider: idempotency key reused with a different payment: HTTP 422")),
+			"idempotency key reused with a different payment: HTTP 422"},
+		{Permanent("invalid payment message", errors.New("payment: unknown field \"x\"")),
+			"invalid payment message: payment: unknown field \"x\""},
+		{Permanentf("no key"), "no key"},
+	}
+	for _, tc := range cases {
+		if got := reason(tc.err); got != tc.want {
+			t.Errorf("reason = %q, want %q", got, tc.want)
+		}
+	}
+}
