@@ -218,7 +218,10 @@ func reasonCategories(byReason map[string]int) []reasonCategory {
 	var cats []reasonCategory
 	reasons := slices.Sorted(maps.Keys(byReason))
 	for _, r := range reasons {
-		name, _, _ := strings.Cut(r, ": ")
+		name := r
+		if r != redrive.NoReason { // its own words have a colon
+			name, _, _ = strings.Cut(r, ": ")
+		}
 		i, ok := idx[name]
 		if !ok {
 			i = len(cats)

@@ -3,6 +3,8 @@ package main
 import (
 	"slices"
 	"testing"
+
+	"github.com/claimfirst/claimfirst/redrive"
 )
 
 // TestReasonCategories: the dry run groups reasons by what comes before the
@@ -15,10 +17,12 @@ func TestReasonCategories(t *testing.T) {
 		"invalid payment message: payment: amount must be a JSON integer":                        1,
 		"provider unavailable":                            3,
 		"payment id reused with a different payment: 422": 1,
+		redrive.NoReason:                                  1,
 	})
 	want := []reasonCategory{
 		{name: "invalid payment message", count: 4, kinds: 3, example: "invalid payment message: payment: invalid character 'x' looking for beginning of value"},
 		{name: "provider unavailable", count: 3, kinds: 1, example: "provider unavailable"},
+		{name: redrive.NoReason, count: 1, kinds: 1, example: redrive.NoReason},
 		{name: "payment id reused with a different payment", count: 1, kinds: 1, example: "payment id reused with a different payment: 422"},
 	}
 	if !slices.Equal(got, want) {
