@@ -69,3 +69,22 @@ func TestClaimTableCheckedAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerTableCheckedAtStart: with HANDLER=ledger, an absent ledger table
+// is refused at start, exit 2, naming it.
+func TestLedgerTableCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	p := e.start("ledger", ledgerWorker("nosuch-ledger"))
+	if code := p.wait(t, 30*time.Second); code != 2 {
+		t.Fatalf("exit %d, want 2; output:\n%s", code, p.log.String())
+	}
+	out := strings.TrimSpace(p.log.String())
+	last := out[strings.LastIndex(out, "\n")+1:]
+	t.Logf("refused: %s", last)
+	for _, w := range []string{"LEDGER_TABLE", `"nosuch-ledger"`, "does not exist"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("last line %q does not name %q", last, w)
+		}
+	}
+}
