@@ -552,7 +552,7 @@ func TestSetupExport(t *testing.T) {
 	script := fmt.Sprintf(`set -e; eval "$(%q setup -export -queue-name %s -claim-table %s)"; echo "$QUEUE_URL|$DLQ_URL|$CLAIM_TABLE"`, workerBin, queue, table)
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Env = e.workerEnv(workerOptions{})
-	out, err := cmd.CombinedOutput()
+	out, err := cmd.Output() // stderr: what setup did
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

@@ -336,12 +336,13 @@ func TestTemplateIAM(t *testing.T) {
 
 // tmplStoreActions returns the IAM actions of the calls the claim store
 // makes, sorted: one per method of dynamo.API, the interface it calls
-// DynamoDB through.
+// DynamoDB through, and of dynamo.CheckAPI, which checks the table at start.
 func tmplStoreActions() []string {
-	api := reflect.TypeFor[dynamo.API]()
-	actions := make([]string, 0, api.NumMethod())
-	for i := range api.NumMethod() {
-		actions = append(actions, "dynamodb:"+api.Method(i).Name)
+	var actions []string
+	for _, api := range []reflect.Type{reflect.TypeFor[dynamo.API](), reflect.TypeFor[dynamo.CheckAPI]()} {
+		for i := range api.NumMethod() {
+			actions = append(actions, "dynamodb:"+api.Method(i).Name)
+		}
 	}
 	slices.Sort(actions)
 	return actions

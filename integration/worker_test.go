@@ -199,7 +199,7 @@ func TestPoisonMessages(t *testing.T) {
 		"string amount":   `{"payment_id": "p4", "amount": "1999", "currency": "EUR"}`,
 		"lower currency":  `{"payment_id": "p5", "amount": 1999, "currency": "eur"}`,
 		"zero amount":     `{"payment_id": "p6", "amount": 0, "currency": "EUR"}`,
-		"unknown field":   `{"payment_id": "p7", "amount": 1999, "currency": "EUR", "card": "4242"}`,
+		"duplicate field": `{"payment_id": "p7", "amount": 1999, "amount": 1, "currency": "EUR"}`, // an unknown field is ignored: TestPaymentWithExtraField
 		"key too long":    fmt.Sprintf(`{"payment_id": %q, "amount": 1999, "currency": "EUR"}`, strings.Repeat("x", 256)),
 		"empty id":        `{"payment_id": "", "amount": 1999, "currency": "EUR"}`,
 		"array":           `[1, 2, 3]`,
@@ -282,7 +282,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"missing queue", []string{"QUEUE_URL="}, []string{"QUEUE_URL"}},
 		{"missing table", []string{"CLAIM_TABLE="}, []string{"CLAIM_TABLE"}},
 		{"missing provider", []string{"PROVIDER_URL="}, []string{"PROVIDER_URL"}},
-		{"bad concurrency", []string{"WORKER_CONCURRENCY=zero"}, []string{"WORKER_CONCURRENCY"}},
+		{"bad concurrency", []string{"WORKER_CONCURRENCY=zero"}, []string{"WORKER_CONCURRENCY (-concurrency)"}},
+		{"provider URL not a URL", []string{"PROVIDER_URL=not-a-url"}, []string{"PROVIDER_URL (-provider-url)", "not-a-url"}},
 		{"bad duration", []string{"SHUTDOWN_TIMEOUT=10"}, []string{"SHUTDOWN_TIMEOUT"}},
 		{"bad log level", []string{"LOG_LEVEL=loud"}, []string{"LOG_LEVEL"}},
 		{"unsafe retention", []string{"CLAIM_RETENTION=1h"}, []string{"CLAIM_RETENTION", "1h0m0s", "96h0m0s", "345600"}},

@@ -14,13 +14,17 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/claimfirst/claimfirst/provider"
@@ -60,19 +64,51 @@ func ParseKeySource(s string) (KeySource, error) {
 }
 
 // Decoder is the worker.Decoder for payment messages. A message that is not
-// a valid payment, or has no valid key, is poison.
+// a valid payment, or has no valid key, is poison. Fields other than
+// payment_id, amount and currency are ignored unless Strict: each new field
+// name is logged once, and the messages carrying any are counted
+// (UnknownFields). Use a *Decoder; it is safe for concurrent use.
 type Decoder struct {
 	// KeyFrom says where the idempotency key comes from. Defaults to KeyPaymentID.
 	KeyFrom KeySource
+	// Strict refuses (dead-letters) a message with any field other than
+	// payment_id, amount and currency. Defaults to false: such fields are
+	// ignored, and the fingerprint covers the payment's own fields only.
+	Strict bool
+	// Logger logs each unknown field name the first time it is seen.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	mu      sync.Mutex
+	seen    map[string]bool // unknown field names logged
+	unknown atomic.Int64    // messages with unknown fields
 }
 
-var _ worker.Decoder = Decoder{}
+var _ worker.Decoder = (*Decoder)(nil)
+
+// maxUnknownNames bounds the unknown field names remembered (and logged):
+// the names come from producers.
+const maxUnknownNames = 100
+
+// UnknownFields returns how many messages carried fields the decoder
+// ignored.
+func (d *Decoder) UnknownFields() int64 { return d.unknown.Load() }
 
 // Decode implements worker.Decoder: m.Payload becomes a provider.Payment.
-func (d Decoder) Decode(m *worker.Message) error {
-	p, err := provider.DecodePayment([]byte(m.Body))
+func (d *Decoder) Decode(m *worker.Message) error {
+	var p provider.Payment
+	var unknown []string
+	var err error
+	if d.Strict {
+		p, err = provider.DecodePayment([]byte(m.Body))
+	} else {
+		p, unknown, err = provider.DecodePaymentTolerant([]byte(m.Body))
+	}
 	if err != nil {
 		return worker.Permanent("invalid payment message", err)
+	}
+	if len(unknown) > 0 {
+		d.ignored(unknown, m.ID)
 	}
 	m.Payload = p
 	switch src := d.KeyFrom; {
@@ -95,6 +131,29 @@ func (d Decoder) Decode(m *worker.Message) error {
 	}
 	m.Fingerprint = Fingerprint(p)
 	return nil
+}
+
+// ignored counts a message with unknown fields and logs the names not seen
+// before.
+func (d *Decoder) ignored(names []string, messageID string) {
+	d.unknown.Add(1)
+	d.mu.Lock()
+	var fresh []string
+	for _, n := range names {
+		if !d.seen[n] && len(d.seen) < maxUnknownNames {
+			if d.seen == nil {
+				d.seen = map[string]bool{}
+			}
+			d.seen[n] = true
+			fresh = append(fresh, n)
+		}
+	}
+	d.mu.Unlock()
+	log := cmp.Or(d.Logger, slog.Default())
+	for _, n := range fresh {
+		log.Info("payment message has a field the decoder ignores (logged once per field name)",
+			slog.String("field", n), slog.String("message_id", messageID))
+	}
 }
 
 // Fingerprint is what a payment is, for its claim: a hash over its payment

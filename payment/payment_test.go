@@ -39,7 +39,7 @@ func TestDecoderKeySources(t *testing.T) {
 			t.Fatalf("ParseKeySource(%q): %v", tc.from, err)
 		}
 		m := &worker.Message{ID: "msg-1", Body: tc.body, Attributes: tc.attrs}
-		err = payment.Decoder{KeyFrom: src}.Decode(m)
+		err = (&payment.Decoder{KeyFrom: src}).Decode(m)
 		if tc.permanent {
 			if !worker.IsPermanent(err) {
 				t.Errorf("%s %.30q: err = %v, want a permanent error", tc.from, tc.body, err)
@@ -118,7 +118,7 @@ func TestFingerprint(t *testing.T) {
 		}
 	}
 	m := &worker.Message{ID: "m1", Body: `{"payment_id":"pay_1","amount":1999,"currency":"EUR"}`}
-	if err := (payment.Decoder{}).Decode(m); err != nil {
+	if err := (&payment.Decoder{}).Decode(m); err != nil {
 		t.Fatal(err)
 	}
 	if m.Fingerprint != payment.Fingerprint(base) {

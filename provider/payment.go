@@ -107,25 +107,41 @@ func clip(s string) string {
 // else is an error rather than coerced: unknown, missing, duplicate or null
 // fields, a fraction or exponent in the amount, trailing data.
 func DecodePayment(data []byte) (Payment, error) {
-	var p Payment
+	p, _, err := decodePayment(data, true)
+	return p, err
+}
+
+// DecodePaymentTolerant is DecodePayment that skips fields other than
+// payment_id, amount and currency (whatever their values) and returns their
+// names, in order, instead of refusing them: a producer that adds a field
+// does not make every payment invalid. Every other check stays: missing,
+// duplicate or null payment fields, a fraction or exponent in the amount,
+// trailing data.
+func DecodePaymentTolerant(data []byte) (p Payment, unknown []string, err error) {
+	return decodePayment(data, false)
+}
+
+// decodePayment decodes data; strict refuses unknown fields, otherwise
+// their names are returned.
+func decodePayment(data []byte, strict bool) (p Payment, unknown []string, _ error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
-		return Payment{}, fmt.Errorf("payment: %w", syntaxErr(err))
+		return Payment{}, nil, fmt.Errorf("payment: %w", syntaxErr(err))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return Payment{}, errors.New("payment: not a JSON object")
+		return Payment{}, nil, errors.New("payment: not a JSON object")
 	}
 	var seen [3]bool
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return Payment{}, fmt.Errorf("payment: %w", syntaxErr(err))
+			return Payment{}, nil, fmt.Errorf("payment: %w", syntaxErr(err))
 		}
 		name, _ := tok.(string) // inside an object, Token returns keys as strings
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return Payment{}, fmt.Errorf("payment: %w", syntaxErr(err))
+			return Payment{}, nil, fmt.Errorf("payment: %w", syntaxErr(err))
 		}
 		var i int
 		switch name {
@@ -136,31 +152,35 @@ func DecodePayment(data []byte) (Payment, error) {
 		case "currency":
 			i, err = 2, decodeString(raw, &p.Currency)
 		default:
-			return Payment{}, fmt.Errorf("payment: unknown field %q", clip(name))
+			if strict {
+				return Payment{}, nil, fmt.Errorf("payment: unknown field %q", clip(name))
+			}
+			unknown = append(unknown, clip(name))
+			continue
 		}
 		if seen[i] {
-			return Payment{}, fmt.Errorf("payment: duplicate field %q", name)
+			return Payment{}, nil, fmt.Errorf("payment: duplicate field %q", name)
 		}
 		seen[i] = true
 		if err != nil {
-			return Payment{}, fmt.Errorf("payment: %s %w", name, err)
+			return Payment{}, nil, fmt.Errorf("payment: %s %w", name, err)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing '}'
-		return Payment{}, fmt.Errorf("payment: %w", syntaxErr(err))
+		return Payment{}, nil, fmt.Errorf("payment: %w", syntaxErr(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Payment{}, errors.New("payment: trailing data after the object")
+		return Payment{}, nil, errors.New("payment: trailing data after the object")
 	}
 	for i, name := range [3]string{"payment_id", "amount", "currency"} {
 		if !seen[i] {
-			return Payment{}, fmt.Errorf("payment: %s is missing", name)
+			return Payment{}, nil, fmt.Errorf("payment: %s is missing", name)
 		}
 	}
 	if err := p.Validate(); err != nil {
-		return Payment{}, fmt.Errorf("payment: %w", err)
+		return Payment{}, nil, fmt.Errorf("payment: %w", err)
 	}
-	return p, nil
+	return p, unknown, nil
 }
 
 func syntaxErr(err error) error {

@@ -50,11 +50,12 @@ type Config struct {
 	// least the queue's retention. Defaults to DefaultRetention.
 	Retention time.Duration
 	// ShutdownTimeout bounds how long Run takes to return after its context
-	// ends, whatever the handlers do: it waits for in-flight messages, then
-	// (a quarter of the timeout, at most 10s, before the end) cancels their
-	// contexts so they release their claims, and at the end abandons any
-	// handler that ignores its cancelled context, logging its message id
-	// (the message reappears when its visibility ends). Defaults to 30s.
+	// ends, whatever the pollers and handlers do: in-flight messages get all
+	// of it but a quarter (at most 5s), then their contexts are cancelled so
+	// they release their claims, and at the end Run abandons any handler that
+	// ignores its cancelled context, logging its message id (the message
+	// reappears when its visibility ends) and returning ErrShutdownTimeout.
+	// Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// MinRetryBackoff is the delay before the first retry of a failed
 	// step, in process or through the queue. Defaults to 1s.

@@ -34,8 +34,12 @@
 // set shorter than the queue's retention: a redelivery that arrives after its
 // claim is forgotten would be processed as new.
 //
-// Run stops receiving when its context ends, returns messages it has not
-// started to the queue at once, and waits up to ShutdownTimeout for the rest.
+// Run stops receiving when its context ends (cutting a long poll short),
+// returns messages it has not started to the queue at once, and waits for the
+// rest; it returns within ShutdownTimeout of its context's end, cancelling
+// handlers still running when all but a quarter of it (at most 5s) has
+// passed. A message a cut-short long poll took is neither processed nor
+// lost: it becomes visible again when its visibility timeout ends.
 //
 // # FIFO queues
 //

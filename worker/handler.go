@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -113,10 +114,20 @@ type PermanentError struct {
 
 // Error implements error.
 func (e *PermanentError) Error() string {
-	if e.Err != nil {
-		return "permanent: " + e.Reason + ": " + e.Err.Error()
+	return "permanent: " + e.text()
+}
+
+// text is the reason and the cause's detail, the reason said once: a cause
+// that repeats it ("provider: <reason>: HTTP 422") adds only what follows.
+func (e *PermanentError) text() string {
+	if e.Err == nil {
+		return e.Reason
 	}
-	return "permanent: " + e.Reason
+	detail := e.Err.Error()
+	if i := strings.Index(detail, e.Reason); e.Reason != "" && i >= 0 {
+		return e.Reason + detail[i+len(e.Reason):]
+	}
+	return e.Reason + ": " + detail
 }
 
 // Unwrap returns the underlying error.
@@ -142,10 +153,7 @@ func IsPermanent(err error) bool {
 func reason(err error) string {
 	var pe *PermanentError
 	if errors.As(err, &pe) {
-		if pe.Err != nil {
-			return pe.Reason + ": " + pe.Err.Error()
-		}
-		return pe.Reason
+		return pe.text()
 	}
 	return err.Error()
 }

@@ -135,6 +135,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if err := joinConfig(errs); err != nil {
 		return nil, err
 	}
+	if err := checkStore(ctx, cfg.Store); err != nil {
+		return nil, err
+	}
 	l := &Lambda{cfg: cfg, log: cfg.Logger}
 	var skew *clockSkew
 	if cfg.QueueURL != "" {

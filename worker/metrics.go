@@ -6,6 +6,9 @@ import (
 
 // Outcomes counted in claimfirst_messages_total{outcome=...}.
 const (
+	// OutcomeAcquired counts claims won (the handler then ran) beside the
+	// message's final outcome, which is counted too: a sum over every
+	// outcome counts an acquired message twice. Leave it out of sums.
 	OutcomeAcquired     = "acquired"      // the claim was won and the handler ran
 	OutcomeCompleted    = "completed"     // the claim was completed and the message acked
 	OutcomeDuplicate    = "duplicate"     // the key was completed already: acked without work
@@ -55,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimfirst_messages_total",
-			Help: "Messages by what the worker did with them.",
+			Help: "Messages by what the worker did with them. outcome=\"acquired\" (claim won, handler ran) is counted beside the final outcome: leave it out of a sum over outcomes.",
 		}, []string{"outcome"}),
 		handlerTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimfirst_handler_duration_seconds",
@@ -80,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimfirst_retries_total",
-			Help: "Retries of a failed step (acquire, handle, complete) while the worker held the message, by dependency (\"\" for a handler's own failure).",
+			Help: "Retries of a failed step (acquire, handle, complete) while the worker held the message, by dependency (\"handler\" for a handler's own failure).",
 		}, []string{"dependency"}),
 		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "claimfirst_breaker_open",
@@ -110,6 +113,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
+	// Zeros for the dependencies the worker knows, so that dashboards and
+	// alarms see them before the first failure.
+	for _, d := range []string{"sqs", storeDependency} {
+		m.retries.WithLabelValues(d)
+		m.breakerOpen.WithLabelValues(d)
+	}
+	m.retries.WithLabelValues(handlerDependency)
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
 	}
@@ -120,6 +130,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
 		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored}
+}
+
+// KnownDependencies exports claimfirst_retries_total and
+// claimfirst_breaker_open at zero for the dependencies a handler names with
+// Dependency, so that dashboards and alarms see them before the first
+// failure. The worker's own (sqs, claimstore, handler) are exported already.
+func (m *Metrics) KnownDependencies(names ...string) {
+	for _, d := range names {
+		m.retries.WithLabelValues(d)
+		m.breakerOpen.WithLabelValues(d)
+	}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }

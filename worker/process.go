@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -219,7 +221,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		}
 		p.metrics.count(OutcomeCompleted)
 		p.breaker.success()
-		log.Info("completed", slog.String("result", result))
+		log.Info("completed", resultAttrs(result)...)
 		return disposition{action: actAck}
 	}
 
@@ -270,6 +272,26 @@ func failures(m *Message, c *once.Claim) int {
 
 // storeDependency names the claim store in breaker metrics and logs.
 const storeDependency = "claimstore"
+
+// maxLoggedResult is the most of a result a log line carries.
+const maxLoggedResult = 256
+
+// resultAttrs is a result for a log line: whole when short, else its first
+// maxLoggedResult bytes (on a rune boundary) and its size in bytes.
+func resultAttrs(result string) []any {
+	if len(result) <= maxLoggedResult {
+		return []any{slog.String("result", result)}
+	}
+	cut := maxLoggedResult
+	for cut > 0 && !utf8.RuneStart(result[cut]) {
+		cut--
+	}
+	return []any{slog.String("result", result[:cut]+"..."), slog.Int("result_bytes", len(result))}
+}
+
+// handlerDependency labels a handler's own failures (not wrapped by
+// Dependency) in claimfirst_retries_total.
+const handlerDependency = "handler"
 
 // acquisition is what claiming a message's key came to: a claim held by
 // this delivery (Acquired), the stored result of a completed key
@@ -504,7 +526,7 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 		return false
 	}
 	wait := max(p.holdDelay(try), retryAfterOf(err))
-	p.metrics.retries.WithLabelValues(dep).Inc()
+	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
 		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
 	return p.sleep(ctx, l.stop, wait)

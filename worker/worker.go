@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -50,6 +51,9 @@ type Worker struct {
 func New(ctx context.Context, cfg Config) (*Worker, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkStore(ctx, cfg.Store); err != nil {
 		return nil, err
 	}
 	q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
@@ -113,6 +117,29 @@ func (w *Worker) remeasure(ctx context.Context) {
 	}
 }
 
+// checker is a store that can check at start that it can work: its table
+// exists with the key and TTL it needs (dynamo.Store.Check).
+type checker interface {
+	Check(ctx context.Context) error
+}
+
+// checkStore runs the store's Check, if it has one; a failure wraps
+// ErrConfig, so the worker refuses to start rather than fail at the first
+// message.
+func checkStore(ctx context.Context, s any) error {
+	c, ok := s.(checker)
+	if !ok {
+		return nil
+	}
+	if err := c.Check(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err // stopped while checking
+		}
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
 // Health returns nil while the worker receives normally, and an error
 // naming the dependency and its last failure while the breaker is open
 // (pollers then receive one probe message at a time), or while this clock
@@ -138,10 +165,16 @@ func (w *Worker) Config() Config { return w.cfg }
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
 // Run polls the queue and processes messages until ctx ends. Then it stops
-// receiving, returns messages it has not started to the queue at once, and
-// waits up to ShutdownTimeout for in-flight messages before cancelling their
-// contexts (their claims are released). It returns nil after a clean drain.
-// Run may be called once per Worker.
+// receiving at once (a long poll in progress is cut short), returns messages
+// it has not started to the queue, and waits for in-flight messages; all
+// within ShutdownTimeout of ctx's end, whatever the handlers do. Handlers
+// still running when all but shutdownReserve of it has passed have their
+// contexts cancelled (their claims are released and their messages made
+// visible again). Run returns nil after a clean drain, and an error wrapping
+// ErrShutdownTimeout when handlers had not returned by the end of
+// ShutdownTimeout (their claims then end with their leases, and their
+// messages come back when their visibility ends). Run may be called once per
+// Worker.
 func (w *Worker) Run(ctx context.Context) error {
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -169,34 +202,44 @@ func (w *Worker) Run(ctx context.Context) error {
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
-	stopping := time.Now() // the timeout counts from here, receives in flight included
+	// The whole shutdown, pollers included, runs on one budget that starts now.
+	deadline := time.NewTimer(w.cfg.ShutdownTimeout)
+	defer deadline.Stop()
+	cancelAt := time.NewTimer(w.cfg.ShutdownTimeout - shutdownReserve(w.cfg.ShutdownTimeout))
+	defer cancelAt.Stop()
+	w.log.Info("stopping: no new messages; waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 	close(w.stop)
-	pollers.Wait()
-	w.log.Info("stopping: waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 	drained := make(chan struct{})
-	go func() { handlers.Wait(); close(drained) }()
-	// The handlers get most of the timeout to finish, and the rest to
-	// release their claims once cancelled; one that ignores its context is
-	// abandoned when the timeout is up.
-	cancelAt := w.cfg.ShutdownTimeout - min(w.cfg.ShutdownTimeout/4, storeCallTimeout)
-	timer := time.NewTimer(cancelAt - time.Since(stopping))
-	defer timer.Stop()
+	go func() {
+		pollers.Wait() // no handler starts after this
+		handlers.Wait()
+		close(drained)
+	}()
 	select {
 	case <-drained:
-	case <-timer.C:
+	case <-cancelAt.C:
 		// Cancelled handlers release their claims and their messages are
 		// made visible again: nothing is lost, only retried.
-		w.log.Warn("shutdown timeout: cancelling in-flight handlers")
+		w.log.Warn("shutdown timeout near: cancelling in-flight handlers", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 		cancelHandlers()
-		timer.Reset(w.cfg.ShutdownTimeout - time.Since(stopping))
 		select {
 		case <-drained:
-		case <-timer.C:
+		case <-deadline.C:
+			// A handler that ignores its context: its claim ends with its
+			// lease and its message comes back when its visibility ends.
+			// The deleter stays open for it; acks it holds are not sent
+			// (those messages come back and are acked as duplicates).
 			w.abandon()
+			return fmt.Errorf("%w (%s)", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
 		}
 	}
 	del.close()
-	<-delDone
+	select {
+	case <-delDone:
+	case <-deadline.C:
+		w.log.Error("shutdown timeout: acks not sent; those messages come back and are acked as duplicates")
+		return fmt.Errorf("%w (%s): sending acks", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
+	}
 	w.log.Info("worker stopped")
 	return nil
 }
@@ -213,7 +256,19 @@ func (w *Worker) abandon() {
 			slog.String("message_id", id.(string)))
 		return true
 	})
-	w.log.Error("shutdown timeout: stopping with handlers still running", slog.Int("abandoned", n))
+	w.log.Error("shutdown timeout: handlers still running; their messages come back when their visibility ends",
+		slog.Int("abandoned", n), slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+}
+
+// ErrShutdownTimeout is returned by Run when in-flight work had not ended
+// within ShutdownTimeout of its context's end, even after cancellation.
+var ErrShutdownTimeout = errors.New("worker: shutdown timeout: handlers still running")
+
+// shutdownReserve is the part of the shutdown timeout kept for cancelled
+// handlers to release their claims and return their messages: a quarter of
+// it, at most 5s.
+func shutdownReserve(timeout time.Duration) time.Duration {
+	return min(timeout/4, 5*time.Second)
 }
 
 // receiveBatch is SQS's largest receive.
@@ -284,11 +339,13 @@ func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *s
 			endProbe()
 			return
 		}
-		// The receive is not cancelled by shutdown: a long poll cut off may
-		// still have handed messages out, which would then stay invisible for
-		// a whole visibility timeout. It ends within its wait time, and what
-		// it brings is returned at once below.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+ResponseHeaderTimeout)
+		// Shutdown cuts the receive short, so an idle worker stops at once
+		// instead of after its long poll. SQS may still have handed messages
+		// to a receive cut off in flight: nobody sees them, nothing is done
+		// with them, and they become visible again when their visibility
+		// timeout ends (their receive count one higher). What a receive
+		// brings back after shutdown began is returned at once below.
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.WaitTime+ResponseHeaderTimeout)
 		out, err := w.cfg.SQS.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(w.cfg.QueueURL),
 			MaxNumberOfMessages:         int32(n),

@@ -172,6 +172,19 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Check describes the store's table once (two requests, at start; none per
+// claim) and returns a *TableError wrapping ErrTable when the store cannot
+// work with it: absent, keyed wrong, without TTL on TTLAttribute, or not
+// describable. It checks nothing, and returns nil, when Client cannot
+// describe tables (is not a CheckAPI).
+func (s *Store) Check(ctx context.Context) error {
+	api, ok := s.cfg.Client.(CheckAPI)
+	if !ok {
+		return nil
+	}
+	return CheckTable(ctx, api, TableSpec{Name: s.cfg.Table, KeyAttribute: s.cfg.KeyAttribute, TTLAttribute: s.cfg.TTLAttribute})
+}
+
 // name returns the attribute name behind an expression placeholder.
 func (s *Store) name(placeholder string) string {
 	switch placeholder {

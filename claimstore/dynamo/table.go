@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // TableAPI is the part of *dynamodb.Client that CreateTable uses.
@@ -100,4 +101,94 @@ func checkKeySchema(t *types.TableDescription, spec TableSpec) error {
 			spec.Name, strings.Join(got, ", "), want)
 	}
 	return nil
+}
+
+// CheckAPI is the part of *dynamodb.Client that CheckTable uses.
+type CheckAPI interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
+}
+
+// ErrTable marks a claim table the store cannot work with: absent, keyed
+// other than by a string partition key, without TTL on its TTL attribute, or
+// not describable with the caller's permissions.
+var ErrTable = errors.New("claim table unusable")
+
+// TableError is what CheckTable found wrong with a table.
+type TableError struct {
+	// Table is the table's name.
+	Table string
+	// Problem says what is wrong, in words.
+	Problem string
+	// Err is the DynamoDB error behind Problem, or nil.
+	Err error
+}
+
+// Error implements error.
+func (e *TableError) Error() string {
+	var nf *types.ResourceNotFoundException
+	if e.Err != nil && !errors.As(e.Err, &nf) { // "not found" says nothing more
+		return fmt.Sprintf("claim table %q: %s: %v", e.Table, e.Problem, e.Err)
+	}
+	return fmt.Sprintf("claim table %q: %s", e.Table, e.Problem)
+}
+
+// Unwrap returns Err.
+func (e *TableError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrTable) true.
+func (e *TableError) Is(target error) bool { return target == ErrTable }
+
+// CheckTable describes the table and its TTL (two requests) and returns a
+// *TableError when the store cannot work with it: absent, not keyed by a
+// string partition key spec.KeyAttribute alone, TTL not enabled on
+// spec.TTLAttribute, or no permission to describe it (the worker's role
+// needs dynamodb:DescribeTable and dynamodb:DescribeTimeToLive).
+func CheckTable(ctx context.Context, api CheckAPI, spec TableSpec) error {
+	if spec.KeyAttribute == "" {
+		spec.KeyAttribute = DefaultKeyAttribute
+	}
+	if spec.TTLAttribute == "" {
+		spec.TTLAttribute = DefaultTTLAttribute
+	}
+	fail := func(problem string, err error) error {
+		return &TableError{Table: spec.Name, Problem: problem, Err: err}
+	}
+	desc, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(spec.Name)})
+	if err != nil {
+		return fail(describeProblem(err, "dynamodb:DescribeTable"), err)
+	}
+	if err := checkKeySchema(desc.Table, spec); err != nil {
+		return fail(strings.TrimPrefix(err.Error(), "dynamo: table "+spec.Name+" "), nil)
+	}
+	for _, d := range desc.Table.AttributeDefinitions {
+		if aws.ToString(d.AttributeName) == spec.KeyAttribute && d.AttributeType != types.ScalarAttributeTypeS {
+			return fail(fmt.Sprintf("partition key %q is of type %s, want a string (S)", spec.KeyAttribute, d.AttributeType), nil)
+		}
+	}
+	ttl, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(spec.Name)})
+	if err != nil {
+		return fail(describeProblem(err, "dynamodb:DescribeTimeToLive"), err)
+	}
+	d := ttl.TimeToLiveDescription
+	if d == nil || (d.TimeToLiveStatus != types.TimeToLiveStatusEnabled && d.TimeToLiveStatus != types.TimeToLiveStatusEnabling) {
+		return fail(fmt.Sprintf("TTL is not enabled, want it on %q (completed claims would never expire)", spec.TTLAttribute), nil)
+	}
+	if got := aws.ToString(d.AttributeName); got != spec.TTLAttribute {
+		return fail(fmt.Sprintf("TTL is on %q, want it on %q (completed claims would never expire)", got, spec.TTLAttribute), nil)
+	}
+	return nil
+}
+
+// describeProblem names why a describe request failed.
+func describeProblem(err error, action string) string {
+	var nf *types.ResourceNotFoundException
+	var api smithy.APIError
+	switch {
+	case errors.As(err, &nf):
+		return "does not exist (create it with `worker setup`, or deploy template.yaml)"
+	case errors.As(err, &api) && (api.ErrorCode() == "AccessDeniedException" || api.ErrorCode() == "UnrecognizedClientException"):
+		return "no permission to describe it (" + action + ")"
+	}
+	return "cannot describe it"
 }

@@ -119,7 +119,7 @@ func fromEnv[T any](s *settings, p *T, flagName, env string, parse func(string) 
 	}
 	v, err := parse(e)
 	if err != nil {
-		s.errs = append(s.errs, fmt.Errorf("%s=%q: not %s", env, e, what))
+		s.errs = append(s.errs, fmt.Errorf("%s (-%s) %q: not %s", env, flagName, e, what))
 		return
 	}
 	s.fromEnv[flagName] = func() { *p = v }

@@ -19,7 +19,9 @@ import (
 func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("demo", io)
 	store := s.String("store", "", "memory", "claim store for the claim-based rows: memory, dynamodb or postgres (on DATABASE_URL)")
-	table := s.String("table", "CLAIM_TABLE", "", "claim table, created if missing (required with -store dynamodb); experiment 7's ledger goes in <table>-ledger")
+	// No environment variable: with the walkthrough's CLAIM_TABLE exported,
+	// the demo would write its thousands of claims into the worker's table.
+	table := s.String("table", "", "", "claim table for the demo's own claims, created if missing (required with -store dynamodb; never the worker's CLAIM_TABLE); experiment 7's ledger goes in <table>-ledger")
 	experiment := s.Int("experiment", "", 0, fmt.Sprintf("experiment to run, 1 to %d (0: all)", demo.Experiments))
 	payments := s.Int("payments", "", 2000, fmt.Sprintf("payments per row, %d to %d", demo.MinPayments, demo.MaxPayments))
 	seed := s.Int("seed", "", 1, "chooses which payments are redelivered, fail, crash, time out or come late")
@@ -44,10 +46,9 @@ func cmdDemo(ctx context.Context, args []string, io stdio) error {
 	}
 	switch *store {
 	case "memory":
-		// The table is not used; CLAIM_TABLE may well be set for `worker run`.
 	case "dynamodb":
-		if err := require(*table, "table", "CLAIM_TABLE"); err != nil {
-			return err
+		if *table == "" {
+			return usagef("-table is required with -store dynamodb (a table of its own: the demo does not use CLAIM_TABLE)")
 		}
 		cfg, err := loadAWS(ctx)
 		if err != nil {

@@ -25,7 +25,10 @@ func TestDemoBadSettings(t *testing.T) {
 		want string // in the first line of stderr
 	}{
 		{[]string{"-store", "redis"}, nil, "-store"},
-		{[]string{"-store", "dynamodb"}, nil, "CLAIM_TABLE (-table) is required"},
+		{[]string{"-store", "dynamodb"}, nil, "-table is required"},
+		// The walkthrough's environment exported: the demo must not write
+		// into the worker's claim table.
+		{[]string{"-store", "dynamodb"}, map[string]string{"CLAIM_TABLE": "claims", "AWS_REGION": "eu-west-1"}, "-table is required"},
 		{[]string{"-payments", "10"}, nil, "-payments"},
 		{[]string{"-payments", "2000000"}, nil, "-payments"},
 		{[]string{"-experiment", "9"}, nil, "-experiment"},

@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/claimfirst/claimfirst/ledger"
 )
@@ -54,7 +59,28 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 	ap.setStore(store)
 	if ap.pg != nil { // the entries go in the claims' database: <LEDGER_TABLE>_entries and _accounts
 		ap.handler = ledger.SQLHandler{Tables: *a.ledger.table}
+	} else if err := checkLedgerTable(ctx, dynamodb.NewFromConfig(cfg), *a.ledger.table); err != nil {
+		return nil, err
 	}
 	log.Info("handling ledger entries", slog.String("ledger_table", *a.ledger.table))
 	return ap, nil
+}
+
+// checkLedgerTable describes the ledger table once at start and refuses
+// (exit 2) one that is absent or not keyed by a string partition key
+// alone, instead of failing at the first message.
+func checkLedgerTable(ctx context.Context, api *dynamodb.Client, name string) error {
+	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	var nf *types.ResourceNotFoundException
+	switch {
+	case errors.As(err, &nf):
+		return usagef("LEDGER_TABLE (-ledger-table): ledger table %q does not exist (create it with worker setup -ledger-table)", name)
+	case err != nil:
+		return usagef("LEDGER_TABLE (-ledger-table): ledger table %q: cannot describe it: %v", name, err)
+	}
+	ks := out.Table.KeySchema
+	if len(ks) != 1 || aws.ToString(ks[0].AttributeName) != ledger.DefaultKeyAttribute || ks[0].KeyType != types.KeyTypeHash {
+		return usagef("LEDGER_TABLE (-ledger-table): ledger table %q is not keyed by a %s partition key alone", name, ledger.DefaultKeyAttribute)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -42,6 +43,7 @@ func commands() map[string]command {
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
 		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
 		"sim":      {"run the simulator's soak: the real worker under seeded faults (needs go and this module's source)", cmdSim},
+		"version":  {"print the module version and the commit it was built from", cmdVersion},
 	}
 }
 
@@ -60,6 +62,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return 0
 	}
+	if args[0] == "-version" || args[0] == "--version" {
+		args[0] = "version"
+	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "worker: unknown command %q (try: worker help)\n", args[0])
@@ -75,12 +80,19 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		if !ue.silent {
-			fmt.Fprintln(stderr, "worker:", ue.Error())
+			// One line, however many problems errors.Join put together.
+			fmt.Fprintln(stderr, "worker:", strings.ReplaceAll(unprefixed(ue.Error()), "\n", "; "))
 		}
 		return 2
 	}
-	fmt.Fprintln(stderr, "worker:", err)
+	fmt.Fprintln(stderr, "worker:", unprefixed(err.Error()))
 	return 1
+}
+
+// unprefixed drops the "worker: " the worker package's errors start with,
+// which exitCode's own prefix would double.
+func unprefixed(msg string) string {
+	return strings.TrimPrefix(msg, "worker: ")
 }
 
 func usage(w io.Writer, cmds map[string]command) {
@@ -90,7 +102,7 @@ Usage: worker <command> [flags]   (each flag also reads the environment variable
 
 Commands:
 `)
-	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive", "sim"} {
+	for _, name := range []string{"run", "demo", "provider", "setup", "claims", "redrive", "sim", "version"} {
 		fmt.Fprintf(w, "  %-9s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprint(w, `

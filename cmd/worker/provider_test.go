@@ -116,7 +116,7 @@ func TestProviderCommandRejectsBadSettings(t *testing.T) {
 		{"fraction above 1", []string{"-fail-before-charge", "1.5"}, nil, "PROVIDER_FAIL_BEFORE_CHARGE (-fail-before-charge) must be a fraction between 0 and 1"},
 		{"negative fraction from env", nil, map[string]string{"PROVIDER_CHARGE_THEN_TIMEOUT": "-0.1"}, "PROVIDER_CHARGE_THEN_TIMEOUT (-charge-then-timeout)"},
 		{"NaN", []string{"-charge-then-timeout", "NaN"}, nil, "PROVIDER_CHARGE_THEN_TIMEOUT"},
-		{"latency not a duration", nil, map[string]string{"PROVIDER_LATENCY": "fast"}, `PROVIDER_LATENCY="fast": not a Go duration`},
+		{"latency not a duration", nil, map[string]string{"PROVIDER_LATENCY": "fast"}, `PROVIDER_LATENCY (-latency) "fast": not a Go duration`},
 		{"negative latency", []string{"-latency", "-1s"}, nil, "PROVIDER_LATENCY (-latency) must be >= 0"},
 		{"zero timeout delay", []string{"-timeout-delay", "0s"}, nil, "PROVIDER_TIMEOUT_DELAY (-timeout-delay) must be > 0"},
 		{"ignore-keys not a boolean", nil, map[string]string{"PROVIDER_IGNORE_KEYS": "sometimes"}, "PROVIDER_IGNORE_KEYS"},

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,8 +89,13 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 			return fmt.Errorf("redrive: dry run: %w", err)
 		}
 		fmt.Fprintf(io.stdout, "dead-letter queue %s: %d messages (dry run: nothing moved)\n", q.DeadLetterURL, c.Total)
-		for _, r := range c.Reasons() {
-			fmt.Fprintf(io.stdout, "%6d  %s\n", c.ByReason[r], r)
+		for _, cat := range reasonCategories(c.ByReason) {
+			fmt.Fprintf(io.stdout, "%6d  %s\n", cat.count, cat.name)
+			if cat.kinds > 1 {
+				fmt.Fprintf(io.stdout, "        %d different reasons, e.g. %s\n", cat.kinds, cat.example)
+			} else if cat.example != cat.name {
+				fmt.Fprintf(io.stdout, "        %s\n", cat.example)
+			}
 		}
 		return nil
 	}
@@ -240,4 +247,40 @@ func (l stringList) match() []string {
 		out[i] = v
 	}
 	return out
+}
+
+// reasonCategory is the dead-letter reasons that share a category: the
+// text before the first ": " (what failed, before the detail of how).
+type reasonCategory struct {
+	name    string
+	count   int    // messages
+	kinds   int    // distinct reasons
+	example string // the most frequent reason (the first in order on a tie)
+}
+
+// reasonCategories groups reasons by category, the most messages first.
+func reasonCategories(byReason map[string]int) []reasonCategory {
+	idx := map[string]int{}
+	var cats []reasonCategory
+	reasons := slices.Sorted(maps.Keys(byReason))
+	for _, r := range reasons {
+		name := r
+		if r != redrive.NoReason { // its own words have a colon
+			name, _, _ = strings.Cut(r, ": ")
+		}
+		i, ok := idx[name]
+		if !ok {
+			i = len(cats)
+			idx[name] = i
+			cats = append(cats, reasonCategory{name: name, example: r})
+		}
+		c := &cats[i]
+		c.count += byReason[r]
+		c.kinds++
+		if byReason[r] > byReason[c.example] {
+			c.example = r
+		}
+	}
+	slices.SortStableFunc(cats, func(a, b reasonCategory) int { return b.count - a.count })
+	return cats
 }

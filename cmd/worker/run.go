@@ -31,7 +31,7 @@ type appSettings struct {
 	providerKey                                                         *secret
 	retention, providerTimeout, keyLifetime                             *time.Duration
 	providerAttempts                                                    *int
-	lookup, allowHTTP                                                   *bool
+	lookup, allowHTTP, strict                                           *bool
 	ledger                                                              ledgerSettings
 	pg                                                                  pgSettings
 }
@@ -53,6 +53,7 @@ func defineApp(s *settings) *appSettings {
 		lookup:            s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
 		ledger:            defineLedger(s),
 		pg:                definePostgres(s),
+		strict:            s.Bool("payment-strict", "PAYMENT_STRICT", false, "dead-letter payment messages with fields other than payment_id, amount and currency (false: ignore them, logging each name once)"),
 	}
 }
 
@@ -66,6 +67,7 @@ type app struct {
 	handler     worker.Handler
 	decoder     worker.Decoder
 	keyLifetime time.Duration
+	lookup      bool     // PROVIDER_LOOKUP
 	tracing     *tracing // OTEL_*: off unless they turn it on
 }
 
@@ -77,7 +79,13 @@ func (a *app) warnKeyLifetime(q worker.QueueInfo) {
 		return // no provider (HANDLER=ledger)
 	}
 	if longest := q.Retention + q.DeadLetterRetention; longest > a.keyLifetime {
-		a.log.Warn("a retry can come after the provider has forgotten its key; late retries are looked up before charging, or set aside to reconcile",
+		// With the lookup on (the default) a late retry is looked up before
+		// charging: a notice. Without it, late retries are set aside.
+		level, msg := slog.LevelInfo, "a retry can come after the provider has forgotten its key; late retries are looked up before charging"
+		if !a.lookup {
+			level, msg = slog.LevelWarn, "a retry can come after the provider has forgotten its key, and PROVIDER_LOOKUP is off: late retries are dead-lettered to reconcile by hand"
+		}
+		a.log.Log(context.Background(), level, msg,
 			slog.String("provider_key_lifetime", a.keyLifetime.String()),
 			slog.String("queue_retention", q.Retention.String()), slog.String("dlq_retention", q.DeadLetterRetention.String()))
 	}
@@ -152,7 +160,8 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if *a.lookup {
 		h.Lookup = client
 	}
-	ap.client, ap.handler, ap.decoder, ap.keyLifetime = client, h, payment.Decoder{KeyFrom: keyFrom}, *a.keyLifetime
+	ap.client, ap.handler, ap.keyLifetime, ap.lookup = client, h, *a.keyLifetime, *a.lookup
+	ap.decoder = &payment.Decoder{KeyFrom: keyFrom, Strict: *a.strict, Logger: log}
 	return ap, nil
 }
 
@@ -244,7 +253,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	queueURL := s.String("queue-url", "QUEUE_URL", "", "source SQS queue URL (required)")
 	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 16, "messages processed at once")
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 0, "lease length and visibility timeout per receive (default: the queue's)")
-	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "how long SIGTERM waits for in-flight messages")
+	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "longest time from SIGTERM to exit; in-flight handlers are cancelled before its last quarter (at most 5s)")
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
 	owner := s.String("owner", "WORKER_OWNER", "", "name of this instance in claims (default: host/pid/random)")
 	outageCover := s.Duration("outage-cover", "OUTAGE_COVER", 0, "dependency outage a message's receives must outlast before SQS may dead-letter it (default 1h)")
@@ -313,6 +322,13 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	ap.warnKeyLifetime(w.Queue())
 	if ap.client != nil {
 		registerProviderMetrics(reg, ap.client)
+		metrics.KnownDependencies("provider")
+	}
+	if d, ok := ap.decoder.(*payment.Decoder); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "claimfirst_payment_unknown_fields_total",
+			Help: "Payment messages with fields other than payment_id, amount and currency, which were ignored.",
+		}, func() float64 { return float64(d.UnknownFields()) }))
 	}
 	if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +75,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	sq := sqs.NewFromConfig(cfg)
 	dlqURL, err := createQueue(ctx, sq, *dlq, withAttrs(fifoAttrs, map[string]string{
 		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600),
-	}))
+	}), io.stderr)
 	if err != nil {
 		return err
 	}
@@ -90,20 +93,25 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		string(types.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(visibility.Seconds())),
 		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(retention.Seconds())),
 		string(types.QueueAttributeNameRedrivePolicy):          string(policy),
-	}))
+	}), io.stderr)
 	if err != nil {
 		return err
 	}
+	ddb := dynamodb.NewFromConfig(cfg)
 	if *pg {
 		if err := setupPostgres(ctx, s, *table, *ledgerTable); err != nil {
 			return err
 		}
-	} else if err := dynamo.CreateTable(ctx, dynamodb.NewFromConfig(cfg), dynamo.TableSpec{Name: *table}); err != nil {
-		return fmt.Errorf("setup: %w", err)
+	} else if err := createTable(ctx, ddb, "claim table", *table, io.stderr, func() error {
+		return dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: *table})
+	}); err != nil {
+		return err
 	}
 	if *ledgerTable != "" && !*pg {
-		if err := ledger.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *ledgerTable); err != nil {
-			return fmt.Errorf("setup: %w", err)
+		if err := createTable(ctx, ddb, "ledger table", *ledgerTable, io.stderr, func() error {
+			return ledger.CreateTable(ctx, ddb, *ledgerTable)
+		}); err != nil {
+			return err
 		}
 	}
 	out := [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}}
@@ -139,30 +147,86 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// createQueue creates a queue or, if it exists, sets its attributes to attrs.
-func createQueue(ctx context.Context, api *sqs.Client, name string, attrs map[string]string) (string, error) {
-	out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
-	if err == nil {
-		return aws.ToString(out.QueueUrl), nil
-	}
-	// An existing queue with other attributes: find it and bring it in line.
+// createQueue creates a queue or, if it exists, sets its attributes to
+// attrs, and says on report which it did and what it changed.
+func createQueue(ctx context.Context, api *sqs.Client, name string, attrs map[string]string, report io.Writer) (string, error) {
 	got, gerr := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 	if gerr != nil {
-		return "", fmt.Errorf("setup: create queue %s: %w", name, err)
+		out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+		if err != nil {
+			return "", fmt.Errorf("setup: create queue %s: %w", name, err)
+		}
+		fmt.Fprintf(report, "setup: created queue %s\n", name)
+		return aws.ToString(out.QueueUrl), nil
 	}
 	url := aws.ToString(got.QueueUrl)
 	// A queue's type is fixed at creation: FifoQueue cannot be set again.
 	attrs = maps.Clone(attrs)
 	delete(attrs, string(types.QueueAttributeNameFifoQueue))
+	names := slices.Sorted(maps.Keys(attrs))
+	qnames := make([]types.QueueAttributeName, len(names))
+	for i, n := range names {
+		qnames[i] = types.QueueAttributeName(n)
+	}
+	cur, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: qnames})
+	if err != nil {
+		return "", fmt.Errorf("setup: attributes of %s: %w", name, err)
+	}
+	var changes []string
+	for _, n := range names {
+		if was := cur.Attributes[n]; !sameAttribute(n, was, attrs[n]) {
+			changes = append(changes, fmt.Sprintf("%s from %s to %s", n, cmp.Or(was, "(none)"), attrs[n]))
+		}
+	}
+	if len(changes) == 0 {
+		fmt.Fprintf(report, "setup: queue %s exists, unchanged\n", name)
+		return url, nil
+	}
 	if _, err := api.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: attrs}); err != nil {
 		return "", fmt.Errorf("setup: set attributes of %s: %w", name, err)
 	}
+	fmt.Fprintf(report, "setup: queue %s exists; changed %s\n", name, strings.Join(changes, ", "))
 	return url, nil
 }
 
 // standardMaxReceiveCount is the maxReceiveCount setup gives a standard
 // queue: a deferred duplicate spends receives too.
 const standardMaxReceiveCount = 5
+
+// sameAttribute reports whether a queue attribute's value a is b; a
+// RedrivePolicy's maxReceiveCount may be a number or a string.
+func sameAttribute(name, a, b string) bool {
+	if a == b || name != string(types.QueueAttributeNameRedrivePolicy) {
+		return a == b
+	}
+	norm := func(s string) string {
+		var rp map[string]any
+		if json.Unmarshal([]byte(s), &rp) != nil {
+			return s
+		}
+		for k, v := range rp {
+			rp[k] = strings.Trim(fmt.Sprint(v), `"`)
+		}
+		out, _ := json.Marshal(rp)
+		return string(out)
+	}
+	return norm(a) == norm(b)
+}
+
+// createTable creates a table with create unless it exists, and says on
+// report which.
+func createTable(ctx context.Context, api *dynamodb.Client, kind, name string, report io.Writer, create func() error) error {
+	_, derr := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	if err := create(); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if derr == nil {
+		fmt.Fprintf(report, "setup: %s %s exists\n", kind, name)
+	} else {
+		fmt.Fprintf(report, "setup: created %s %s\n", kind, name)
+	}
+	return nil
+}
 
 // fifoSuffix ends every FIFO queue's name.
 const fifoSuffix = ".fifo"
