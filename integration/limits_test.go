@@ -216,7 +216,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		return "charged", nil
 	})
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{Metrics: metrics, Decoder: payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
+	stop := runWorker(t, e, worker.Config{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
 	waitFor(t, 30*time.Second, "the payment to be dead-lettered", func() bool { return metrics.Count(worker.OutcomeDeadLettered) > 0 })
 	e.waitDrained(30 * time.Second)
 	stop()
@@ -236,7 +236,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		t.Fatalf("redrive: %+v %v", r, err)
 	}
 	metrics = worker.NewMetrics(nil)
-	stop = runWorker(t, e, worker.Config{Metrics: metrics, Decoder: payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
+	stop = runWorker(t, e, worker.Config{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
 	waitFor(t, 30*time.Second, "the redriven payment to be handled", func() bool {
 		return metrics.Count(worker.OutcomeCompleted)+metrics.Count(worker.OutcomeDeadLettered) > 0
 	})
