@@ -161,7 +161,7 @@ func TestClaimsCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "lease") || !strings.Contains(stderr, "-force") {
 		t.Fatalf("claims release -yes of a live lease: exit %d, stderr %q; want 1, saying the lease is live and -force overrides", code, stderr)
 	}
-	if r := e.claim(prefix + stuck.PaymentID); r["status"] != "IN_PROGRESS" {
+	if r := e.claim(claimstore.StoredKey(prefix, stuck.PaymentID)); r["status"] != "IN_PROGRESS" {
 		t.Fatalf("refused release changed the row: %v", r)
 	}
 	out := e.mustCommand(withPrefix, "claims", "release", stuck.PaymentID, "-yes", "-force")

@@ -106,8 +106,8 @@ func TestProbeIgnoringItsContext(t *testing.T) {
 		if took := time.Since(stopping); took > shutdown+time.Second {
 			t.Errorf("Run returned %s after its context ended, want within ShutdownTimeout %s", took, shutdown)
 		}
-		if err != nil {
-			t.Errorf("Run: %v", err)
+		if !errors.Is(err, worker.ErrShutdownTimeout) {
+			t.Errorf("Run: %v, want ErrShutdownTimeout (a handler was abandoned)", err)
 		}
 	case <-time.After(shutdown + 10*time.Second):
 		t.Fatalf("Run did not return %s after its context ended (ShutdownTimeout %s)", shutdown+10*time.Second, shutdown)
