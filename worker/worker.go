@@ -227,9 +227,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-deadline.C:
 			// A handler that ignores its context: its claim ends with its
 			// lease and its message comes back when its visibility ends.
-			// The deleter stays open for it; acks it holds are not sent
-			// (those messages come back and are acked as duplicates).
+			// The deleter is closed all the same: it sends the acks it
+			// holds, and drops the abandoned handler's late one.
 			w.abandon()
+			del.close()
 			return fmt.Errorf("%w (%s)", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
 		}
 	}
