@@ -269,9 +269,10 @@ var (
 	ErrResultTooLarge = errors.New("claimstore: result too large to store")
 )
 
-// omittedPrefix starts OmittedResult's marker; the NUL keeps it apart from
-// any result a caller means.
-const omittedPrefix = "\x00claimfirst:result-not-stored:"
+// omittedPrefix starts OmittedResult's marker; the control character
+// U+001F keeps it apart from any result a caller means, and every store can
+// hold it (PostgreSQL's text cannot hold a NUL).
+const omittedPrefix = "\x1fclaimfirst:result-not-stored:"
 
 // OmittedResult is the result a claim completes with when result itself
 // cannot be stored (ErrResultTooLarge): a marker that says so, with

@@ -9,13 +9,14 @@ import (
 )
 
 // ForceRelease implements claimstore.Admin: a read, then one UPDATE
-// conditioned on the row as read.
+// conditioned on the row as read, giving the row a new acq (so neither the
+// holder nor its retried Acquire takes the release for its own).
 func (s *Store) ForceRelease(ctx context.Context, key string) (claimstore.Claim, error) {
 	before, err := s.adminRead(ctx, key, "force release", claimstore.Claim.AllowsForceRelease)
 	if err != nil {
 		return before, err
 	}
-	return before, s.adminWrite(ctx, "force release", s.sql.forceRelease, before)
+	return before, s.adminWrite(ctx, "force release", s.sql.forceRelease, before, claimstore.NewAcq())
 }
 
 // ForceComplete implements claimstore.Admin: a read, then one UPDATE
@@ -61,7 +62,7 @@ func (s *Store) adminRead(ctx context.Context, key, op string, allowed func(clai
 // adminWrite runs sql conditioned on the row still being before; no row
 // changed means it moved meanwhile.
 func (s *Store) adminWrite(ctx context.Context, op, sql string, before claimstore.Claim, args ...any) error {
-	all := append([]any{s.cfg.KeyPrefix + before.Key, string(before.Status), before.Token, before.Acq}, args...)
+	all := append([]any{claimstore.StoredKey(s.cfg.KeyPrefix, before.Key), string(before.Status), before.Token, before.Acq}, args...)
 	tag, err := s.cfg.DB.Exec(ctx, sql, all...)
 	switch {
 	case err != nil:

@@ -127,7 +127,7 @@ w AS (
 		status = 'IN_PROGRESS', token = c.token + 1, acq = excluded.acq,
 		lease_until = excluded.lease_until, expires_at = excluded.expires_at, owner = excluded.owner, result = '',
 		attempts = CASE WHEN c.expires_at > excluded.first_at THEN c.attempts + 1 ELSE 1 END,
-		first_at = CASE WHEN c.expires_at > excluded.first_at THEN c.first_at ELSE excluded.first_at END,
+		first_at = CASE WHEN c.expires_at > excluded.first_at OR c.status <> 'COMPLETED' THEN c.first_at ELSE excluded.first_at END,
 		fingerprint = CASE WHEN c.expires_at > excluded.first_at AND excluded.fingerprint = '' THEN c.fingerprint ELSE excluded.fingerprint END,
 		last_error = CASE WHEN c.expires_at > excluded.first_at THEN c.last_error ELSE '' END
 	WHERE c.acq <> excluded.acq AND (c.expires_at <= excluded.first_at OR (
@@ -158,7 +158,7 @@ SELECT true, ` + columns + `, n.t FROM ` + t + `, n WHERE key = $1`
 
 	// Admin writes, conditioned on the row as read (status, token, acq).
 	asRead := ` WHERE key = $1 AND status = $2 AND token = $3 AND acq = $4`
-	s.forceRelease = `UPDATE ` + t + ` SET status = 'RELEASED'` + asRead
+	s.forceRelease = `UPDATE ` + t + ` SET status = 'RELEASED', acq = $5` + asRead
 	s.forceComplete = `UPDATE ` + t + ` SET status = 'COMPLETED', result = $5, acq = $6, expires_at = greatest(expires_at, ` +
 		fmt.Sprintf(expirySQL, fmt.Sprintf(nowSQL, "$7"), "$8") + `)` + asRead
 	s.forget = `DELETE FROM ` + t + asRead
@@ -263,7 +263,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	}
 	var last *row
 	for range maxAttempts {
-		x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.acquire, s.cfg.KeyPrefix+p.Key, p.Acq, p.Owner, p.Fingerprint,
+		x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.acquire, claimstore.StoredKey(s.cfg.KeyPrefix, p.Key), p.Acq, p.Owner, p.Fingerprint,
 			now, micros(p.LeaseUntil, local), micros(p.ExpiresAt, local)), p.Key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -335,7 +335,7 @@ func holderWriteOn(ctx context.Context, q queryRower, op, prefix, sql string, ta
 		written bool
 		status  string
 	)
-	all := append([]any{prefix + h.Key, h.Acq, now}, args...)
+	all := append([]any{claimstore.StoredKey(prefix, h.Key), h.Acq, now}, args...)
 	if err := q.QueryRow(ctx, sql, all...).Scan(&written, &status); err != nil {
 		return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, err)
 	}
@@ -354,7 +354,7 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 		return claimstore.Claim{}, err
 	}
 	now, local := s.clock()
-	x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.get, s.cfg.KeyPrefix+key, now), key)
+	x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.get, claimstore.StoredKey(s.cfg.KeyPrefix, key), now), key)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return claimstore.Claim{}, fmt.Errorf("get %q: %w", key, claimstore.ErrNotFound)

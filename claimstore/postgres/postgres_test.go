@@ -31,7 +31,13 @@ func TestConformance(t *testing.T) {
 	table := pgtest.Table(t, pool)
 	claimstoretest.Run(t, "postgres", func(t *testing.T, clock *claimstoretest.Clock) claimstore.Store {
 		return newStore(t, pool, table, clock.Now)
-	}, claimstoretest.Options{KeyPrefix: "svc#"})
+	}, claimstoretest.Options{KeyPrefix: "svc#", Prefixed: func(t *testing.T, clock *claimstoretest.Clock, prefix string) claimstore.Store {
+		s, err := postgres.New(postgres.Config{DB: pool, Table: table, KeyPrefix: prefix, Now: clock.Now}) // one table: the prefixes share it
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}})
 }
 
 // TestRaceOneWinner races 16 goroutines, each with its own store (as

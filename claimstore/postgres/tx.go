@@ -56,7 +56,7 @@ func (s *Store) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w c
 
 	var written bool
 	var status string
-	err = tx.QueryRow(ctx, s.sql.complete, s.cfg.KeyPrefix+p.Key, p.Acq, now, p.Result, micros(p.ExpiresAt, local)).Scan(&written, &status)
+	err = tx.QueryRow(ctx, s.sql.complete, claimstore.StoredKey(s.cfg.KeyPrefix, p.Key), p.Acq, now, p.Result, micros(p.ExpiresAt, local)).Scan(&written, &status)
 	switch {
 	case err != nil:
 		return fmt.Errorf("complete %q token %d: %w", p.Key, p.Token, err)
