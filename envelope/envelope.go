@@ -85,13 +85,13 @@ type snsAttribute struct {
 	Value string `json:"Value"`
 }
 
-// eventBridgeEvent is an EventBridge event's envelope fields.
+// eventBridgeEvent is an EventBridge event's envelope fields. AWS also
+// writes "account"; it is not required, as moto's SQS target leaves it out.
 type eventBridgeEvent struct {
 	Version    *string         `json:"version"`
 	ID         string          `json:"id"`
 	DetailType *string         `json:"detail-type"`
 	Source     string          `json:"source"`
-	Account    *string         `json:"account"`
 	Time       *string         `json:"time"`
 	Region     *string         `json:"region"`
 	Detail     json.RawMessage `json:"detail"`
@@ -124,7 +124,7 @@ func unwrapOne(body string) (kind Kind, id, inner string, attrs map[string]strin
 	if _, isEB := probe["detail-type"]; isEB {
 		var e eventBridgeEvent
 		if json.Unmarshal([]byte(body), &e) != nil || e.Version == nil || e.ID == "" || e.DetailType == nil ||
-			e.Source == "" || e.Account == nil || e.Time == nil || e.Region == nil || len(e.Detail) == 0 {
+			e.Source == "" || e.Time == nil || e.Region == nil || len(e.Detail) == 0 {
 			return "", "", "", nil, false
 		}
 		return EventBridge, e.ID, string(e.Detail), nil, true

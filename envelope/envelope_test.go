@@ -66,6 +66,9 @@ func TestUnwrap(t *testing.T) {
 			want: `{"Type":"Notification","MessageId":"m","TopicArn":"t","Timestamp":"2026-01-01T00:00:00Z"}`},
 		{name: "subscription confirmation", body: `{"Type":"SubscriptionConfirmation","MessageId":"m","TopicArn":"t","Message":"x","Timestamp":"2026-01-01T00:00:00Z"}`,
 			want: `{"Type":"SubscriptionConfirmation","MessageId":"m","TopicArn":"t","Message":"x","Timestamp":"2026-01-01T00:00:00Z"}`},
+		// moto's EventBridge-to-SQS delivery leaves out "account".
+		{name: "eventbridge without account", body: `{"id":"e-1","time":"2026-12-04T10:00:00Z","version":"0","detail-type":"x","source":"s","region":"eu-west-1","resources":[],"detail":{"a":1}}`,
+			want: `{"a":1}`, id: "e-1", path: "eventbridge"},
 		{name: "has detail-type but is no event", body: `{"detail-type":"x","detail":{}}`, want: `{"detail-type":"x","detail":{}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

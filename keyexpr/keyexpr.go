@@ -107,11 +107,19 @@ func (e *Expr) KeyExpr() string { return e.key }
 // ErrPayload, wrapped, when the payload is not JSON or an expression fails
 // on it. Both mean the payload can never yield a key: poison.
 func (e *Expr) Extract(payload []byte) (Extracted, error) {
-	doc, err := decodeJSON(payload)
+	var doc any
+	return e.ExtractPayload(payload, &doc)
+}
+
+// ExtractPayload is Extract that also stores the decoded payload in *doc,
+// for a caller that goes on to use it.
+func (e *Expr) ExtractPayload(payload []byte, doc *any) (Extracted, error) {
+	v, err := decodeJSON(payload)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
-	return e.ExtractValue(doc)
+	*doc = v
+	return e.ExtractValue(v)
 }
 
 // ExtractValue is Extract on a payload already decoded by encoding/json into

@@ -12,7 +12,7 @@ func TestExtractKey(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, expr, payload, want string
-		missing, bad                bool
+		missing, bad              bool
 	}{
 		{name: "field", expr: "order_id", payload: `{"order_id":"o-1"}`, want: "o-1"},
 		{name: "nested", expr: "detail.order.id", payload: `{"detail":{"order":{"id":"o-2"}}}`, want: "o-2"},

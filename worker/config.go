@@ -31,6 +31,10 @@ type Config struct {
 	// Decoder validates a message and chooses its idempotency key. Defaults
 	// to KeyFromMessageID.
 	Decoder Decoder
+	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
+	// events as they arrived. Defaults to false: their envelopes are taken
+	// off first (see UnwrapEnvelopes).
+	KeepEnvelopes bool
 	// Concurrency is how many messages are processed at once. Defaults to 16.
 	Concurrency int
 	// Pollers is how many long polls run at once. Defaults to one per ten
@@ -103,6 +107,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Decoder == nil {
 		c.Decoder = KeyFromMessageID
+	}
+	if !c.KeepEnvelopes {
+		c.Decoder = UnwrapEnvelopes(c.Decoder)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16

@@ -28,6 +28,10 @@ type LambdaConfig struct {
 	Handler Handler
 	// Decoder validates a message and chooses its key. Defaults to KeyFromMessageID.
 	Decoder Decoder
+	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
+	// events as they arrived. Defaults to false: their envelopes are taken
+	// off first (see UnwrapEnvelopes).
+	KeepEnvelopes bool
 	// SQS, with QueueURL, lets the function move poison records to the
 	// queue's dead-letter queue at once and set a retried or deferred
 	// record's visibility; without them those records are reported as batch
@@ -89,7 +93,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	}
 	// The defaults the processor's settings share with Worker's Config.
 	shared := Config{
-		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
+		Decoder: cfg.Decoder, KeepEnvelopes: cfg.KeepEnvelopes, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
 		TracerProvider: cfg.TracerProvider,
 	}

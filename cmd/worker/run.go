@@ -37,7 +37,7 @@ func defineApp(s *settings) *appSettings {
 		keyPrefix:        s.String("claim-key-prefix", "CLAIM_KEY_PREFIX", "", "prefix for claim keys, when consumers share a table"),
 		providerURL:      s.String("provider-url", "PROVIDER_URL", "", "payment provider base URL (required)"),
 		providerKey:      s.String("provider-api-key", "PROVIDER_API_KEY", "", "payment provider API key, sent as a bearer token"),
-		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
+		keyFrom:          s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id, attribute:NAME or jmespath:EXPR"),
 		logLevel:         s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
 		retention:        s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
 		providerTimeout:  s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
@@ -104,6 +104,10 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
+	decoder, err := payment.NewDecoder(keyFrom)
+	if err != nil {
+		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
+	}
 	client, err := provider.NewClient(provider.Config{
 		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: *a.providerKey,
 		Logger: log,
@@ -121,7 +125,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	}
 	return &app{
 		log: log, aws: cfg, store: store, client: client, tracing: tr,
-		handler: h, decoder: payment.Decoder{KeyFrom: keyFrom}, keyLifetime: *a.keyLifetime,
+		handler: h, decoder: decoder, keyLifetime: *a.keyLifetime,
 	}, nil
 }
 
