@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -101,6 +102,11 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// OnReplay, if set, is called for every delivery of a key completed
+	// already (acked without running the handler), after the duplicate is
+	// logged and counted, from the goroutine processing it: keep it quick.
+	// Defaults to nil.
+	OnReplay func(ctx context.Context, r Replay)
 }
 
 // setDefaults fills the fields that do not depend on the queue.
@@ -256,7 +262,7 @@ func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
 		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
 		schedule:   newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
 		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
-		tracer: newTracer(c.TracerProvider),
+		tracer: newTracer(c.TracerProvider), onReplay: c.OnReplay,
 	}
 }
 

@@ -71,6 +71,9 @@ type LambdaConfig struct {
 	TracerProvider trace.TracerProvider
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// OnReplay is called for every record of a key completed already, as
+	// Config.OnReplay. Defaults to nil.
+	OnReplay func(ctx context.Context, r Replay)
 }
 
 // Lambda handles SQS events with partial batch failures.
@@ -95,7 +98,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	shared := Config{
 		Decoder: cfg.Decoder, KeepEnvelopes: cfg.KeepEnvelopes, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
-		TracerProvider: cfg.TracerProvider,
+		TracerProvider: cfg.TracerProvider, OnReplay: cfg.OnReplay,
 	}
 	shared.setDefaults()
 	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover

@@ -40,6 +40,7 @@ type Metrics struct {
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpens  prometheus.Counter
 	fifoBlocked   *prometheus.CounterVec
+	replays       *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -90,6 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "FIFO message groups stopped by a message that was not done, by cause (held_elsewhere: its key is held by another consumer, and the group waits for that holder; failed; lease_lost; dead_letter_failed; stopping). The group's later messages of the delivery were returned or reported unstarted.",
 		}, []string{"cause"}),
 	}
+	m.replays = newReplays()
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
@@ -102,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.replays}
 }
 
 func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }

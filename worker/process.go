@@ -120,6 +120,7 @@ type processor struct {
 	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
 	now        func() time.Time
+	onReplay   func(context.Context, Replay) // nil: none
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
@@ -157,7 +158,13 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			m.Key, m.Fingerprint, acq.reused.Stored))
 	case claimstore.Duplicate:
 		p.metrics.count(OutcomeDuplicate)
-		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token))
+		r := replayed(m, acq.replay)
+		p.metrics.replays.WithLabelValues(r.Source).Inc()
+		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
+			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
+		if p.onReplay != nil {
+			p.onReplay(ctx, r)
+		}
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
 		p.metrics.count(OutcomeDeferred)
