@@ -149,7 +149,7 @@ func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tr
 	if err != nil {
 		return aws.Config{}, nil, nil, err
 	}
-	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg, tr.dynamoDB), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return aws.Config{}, nil, nil, usagef("CLAIM_TABLE: %v", err)
 	}
@@ -178,8 +178,9 @@ func startError(err error) error {
 	return err
 }
 
-// loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up and the
-// SDK's calls instrumented by it (when they turn it on).
+// loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up; clients
+// made with its dynamoDB and sqs options are traced by it (when they turn
+// it on).
 func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) {
 	cfg, err := loadAWS(ctx)
 	if err != nil {
@@ -189,7 +190,6 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	tr.instrument(&cfg)
 	return cfg, tr, nil
 }
 
@@ -257,7 +257,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	// Reading the queue can take a while against a cold endpoint; SIGTERM
 	// still ends it.
 	w, err := worker.New(ctx, worker.Config{
-		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws), Store: ap.store,
+		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws, ap.tracing.sqs), Store: ap.store,
 		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
 		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),
