@@ -327,9 +327,10 @@ func indexCall(expr string) int {
 		ch := expr[i]
 		switch {
 		case quote != 0:
-			if ch == '\\' {
+			switch ch {
+			case '\\':
 				i++
-			} else if ch == quote {
+			case quote:
 				quote = 0
 			}
 		case ch == '"' || ch == '\'' || ch == '`':
@@ -349,9 +350,10 @@ func matchParen(expr string, open int) int {
 		ch := expr[i]
 		switch {
 		case quote != 0:
-			if ch == '\\' {
+			switch ch {
+			case '\\':
 				i++
-			} else if ch == quote {
+			case quote:
 				quote = 0
 			}
 		case ch == '"' || ch == '\'' || ch == '`':

@@ -46,7 +46,7 @@ func TestOneClientSpanPerCall(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range s.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if attrs["rpc.system"] != "aws-api" || attrs["rpc.service"] == "" || attrs["rpc.method"] != "ListTables" {
 		t.Errorf("attributes %v; want rpc.system aws-api, rpc.service and rpc.method ListTables", attrs)
