@@ -42,6 +42,7 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
 	$(GO) test -run '^$$' -bench BenchmarkProcess -benchtime 20000x ./worker/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
+	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkCache -benchtime 200x -timeout 30m ./integration/
 	$(GO) test -run '^$$' -bench BenchmarkCost -benchtime 20000x ./integration/
 	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
 	$(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkPostgresClaims -benchtime 5000x ./claimstore/postgres/

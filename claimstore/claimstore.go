@@ -154,6 +154,10 @@ type Acquisition struct {
 	// Claim is the row after the acquisition (Acquired) or the row that
 	// blocked it (Duplicate, HeldElsewhere, KeyReused).
 	Claim Claim
+	// Cached reports that a cache in front of the store answered from
+	// memory (Duplicate, KeyReused; see package cache): no request reached
+	// the backend.
+	Cached bool
 }
 
 // AcquireParams are the arguments of Acquire.

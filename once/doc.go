@@ -65,4 +65,8 @@
 // Acquire, Options.Retry decides whether a failed completion is tried again
 // (the worker keeps the message invisible while it waits), and
 // Options.Renewed hears each renewal, for logs and metrics.
+//
+// RunValue and DoValue store a result of the caller's type (JSON by
+// default, or a Codec), and decode a replay into it; a stored result that
+// no longer decodes is a *DecodeError (ErrUndecodable), not a zero value.
 package once

@@ -39,6 +39,9 @@ type Result struct {
 	Replayed bool
 	// Token is the fencing token of the claim the value came from.
 	Token int64
+	// Cached reports that a replay was answered by a cache in front of the
+	// store (package claimstore/cache), without a request to the backend.
+	Cached bool
 }
 
 // Options configure a call. The zero Options are usable.
@@ -365,9 +368,9 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	case claimstore.Acquired:
 	case claimstore.Duplicate:
 		if e := omitted(key, c.Token, c.Result); e != nil {
-			return nil, Result{Replayed: true, Token: c.Token}, e
+			return nil, Result{Replayed: true, Token: c.Token, Cached: acq.Cached}, e
 		}
-		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token}, nil
+		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token, Cached: acq.Cached}, nil
 	case claimstore.HeldElsewhere:
 		return nil, Result{}, &HeldError{Key: key, Owner: c.Owner, Token: c.Token, Until: c.LeaseUntil}
 	case claimstore.KeyReused:

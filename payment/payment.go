@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claimfirst/claimfirst/keyexpr"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -47,11 +48,21 @@ const (
 	// KeyAttributePrefix, followed by a name, keys a message by that message
 	// attribute: "attribute:Idempotency-Key".
 	KeyAttributePrefix = "attribute:"
+	// KeyJMESPathPrefix, followed by a JMESPath expression, keys a message
+	// by what the expression finds in its body (see package keyexpr):
+	// "jmespath:payment_id", "jmespath:join(':', [currency, payment_id])".
+	KeyJMESPathPrefix = "jmespath:"
 )
 
-// ParseKeySource checks s: "payment_id", "message_id" or "attribute:NAME".
+// ParseKeySource checks s: "payment_id", "message_id", "attribute:NAME" or
+// "jmespath:EXPR" (an expression that compiles).
 func ParseKeySource(s string) (KeySource, error) {
 	switch {
+	case strings.HasPrefix(s, KeyJMESPathPrefix):
+		if _, err := keyexpr.New(keyexpr.Config{Key: strings.TrimPrefix(s, KeyJMESPathPrefix)}); err != nil {
+			return "", fmt.Errorf("key source %q: %w", s, err)
+		}
+		return KeySource(s), nil
 	case s == "" || s == string(KeyPaymentID):
 		return KeyPaymentID, nil
 	case s == string(KeyMessageID):
@@ -59,7 +70,7 @@ func ParseKeySource(s string) (KeySource, error) {
 	case strings.HasPrefix(s, KeyAttributePrefix) && len(s) > len(KeyAttributePrefix):
 		return KeySource(s), nil
 	default:
-		return "", fmt.Errorf("key source %q: want payment_id, message_id or attribute:NAME", s)
+		return "", fmt.Errorf("key source %q: want payment_id, message_id, attribute:NAME or jmespath:EXPR", s)
 	}
 }
 
@@ -82,6 +93,23 @@ type Decoder struct {
 	mu      sync.Mutex
 	seen    map[string]bool // unknown field names logged
 	unknown atomic.Int64    // messages with unknown fields
+	// KeyExpr is KeyFrom's expression when it is "jmespath:EXPR", compiled
+	// once (see NewDecoder). Defaults to nil: compiled at each message.
+	KeyExpr *keyexpr.Expr
+}
+
+// NewDecoder returns the Decoder for src, its expression compiled if it is
+// "jmespath:EXPR".
+func NewDecoder(src KeySource) (*Decoder, error) {
+	d := &Decoder{KeyFrom: src}
+	if expr, ok := strings.CutPrefix(string(src), KeyJMESPathPrefix); ok {
+		e, err := keyexpr.New(keyexpr.Config{Key: expr})
+		if err != nil {
+			return nil, err
+		}
+		d.KeyExpr = e
+	}
+	return d, nil
 }
 
 var _ worker.Decoder = (*Decoder)(nil)
@@ -123,6 +151,19 @@ func (d *Decoder) Decode(m *worker.Message) error {
 			return worker.Permanentf("message attribute %q (the idempotency key) is missing", name)
 		}
 		m.Key = v
+	case strings.HasPrefix(string(src), KeyJMESPathPrefix):
+		e := d.KeyExpr
+		if e == nil {
+			var err error
+			if e, err = keyexpr.New(keyexpr.Config{Key: strings.TrimPrefix(string(src), KeyJMESPathPrefix)}); err != nil {
+				return fmt.Errorf("payment: key source %q: %w", src, err)
+			}
+		}
+		x, err := e.Extract([]byte(m.Body))
+		if err != nil {
+			return worker.Permanent("no idempotency key", err)
+		}
+		m.Key = x.Key
 	default:
 		return fmt.Errorf("payment: unknown key source %q", src)
 	}

@@ -32,6 +32,9 @@ func TestDecoderKeySources(t *testing.T) {
 		{from: "attribute:Idem", attrs: map[string]string{"Idem": strings.Repeat("k", 256)}, body: body, permanent: true},
 		{from: "payment_id", body: `{"payment_id":"pay_1","amount":19.99,"currency":"EUR"}`, permanent: true},
 		{from: "payment_id", body: `not json`, permanent: true},
+		{from: "jmespath:payment_id", body: body, wantKey: "pay_1"},
+		{from: "jmespath:join(':', [currency, payment_id])", body: body, wantKey: "EUR:pay_1"},
+		{from: "jmespath:order_id", body: body, permanent: true},
 	}
 	for _, tc := range cases {
 		src, err := payment.ParseKeySource(tc.from)
@@ -53,7 +56,14 @@ func TestDecoderKeySources(t *testing.T) {
 			t.Errorf("%s: payload %#v", tc.from, m.Payload)
 		}
 	}
-	for _, bad := range []string{"attribute:", "sqs", "PAYMENT_ID"} {
+	d, err := payment.NewDecoder("jmespath:payment_id")
+	if err != nil || d.KeyExpr == nil {
+		t.Fatalf("NewDecoder = %+v, %v; want the expression compiled", d, err)
+	}
+	if m := (&worker.Message{ID: "msg-1", Body: body}); d.Decode(m) != nil || m.Key != "pay_1" {
+		t.Errorf("NewDecoder's Decode: key %q, want pay_1", m.Key)
+	}
+	for _, bad := range []string{"attribute:", "sqs", "PAYMENT_ID", "jmespath:", "jmespath:a.["} {
 		if _, err := payment.ParseKeySource(bad); err == nil {
 			t.Errorf("ParseKeySource(%q) accepted", bad)
 		}

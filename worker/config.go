@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -31,6 +32,10 @@ type Config struct {
 	// Decoder validates a message and chooses its idempotency key. Defaults
 	// to KeyFromMessageID.
 	Decoder Decoder
+	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
+	// events as they arrived. Defaults to false: their envelopes are taken
+	// off first (see UnwrapEnvelopes).
+	KeepEnvelopes bool
 	// Concurrency is how many messages are processed at once, at most
 	// MaxConcurrency. Defaults to 16.
 	Concurrency int
@@ -112,6 +117,11 @@ type Config struct {
 	// (the claim store reads its own Config.Now). Tests, a simulator and the
 	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
+	// OnReplay, if set, is called for every delivery of a key completed
+	// already (acked without running the handler), after the duplicate is
+	// logged and counted, from the goroutine processing it: keep it quick.
+	// Defaults to nil.
+	OnReplay func(ctx context.Context, r Replay)
 }
 
 // MaxConcurrency is the most messages (or Lambda records) a worker
@@ -125,6 +135,9 @@ const MaxConcurrency = 1000
 func (c *Config) setDefaults() {
 	if c.Decoder == nil {
 		c.Decoder = KeyFromMessageID
+	}
+	if !c.KeepEnvelopes {
+		c.Decoder = UnwrapEnvelopes(c.Decoder)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
@@ -277,7 +290,7 @@ func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
 		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
 		schedule:   newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
 		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
-		tracer: newTracer(c.TracerProvider),
+		tracer: newTracer(c.TracerProvider), onReplay: c.OnReplay,
 	}
 }
 

@@ -63,6 +63,16 @@
 // from the message id, and do not stop their group. On a standard queue a
 // MessageGroupId (fair queues) serializes nothing.
 //
+// # Messages from SNS and EventBridge, keys by expression, replays
+//
+// A body that is an SNS notification (raw delivery off) or an EventBridge
+// event is taken out of its envelope before the Decoder sees it
+// (UnwrapEnvelopes; Config.KeepEnvelopes turns it off). KeyFromJMESPath
+// keys messages by a JMESPath expression over the body (package keyexpr).
+// ValueHandler stores a typed result; Config.OnReplay hears every
+// duplicate absorbed, with its stored result (DecodeResult reads a typed
+// one).
+//
 // # Metrics
 //
 // NewMetrics(reg) registers the Prometheus metrics with reg (and

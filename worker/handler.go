@@ -26,6 +26,11 @@ type Message struct {
 	// carries no traceparent attribute.
 	AWSTraceHeader string
 
+	// Envelope names the envelopes the body was taken out of before
+	// decoding ("sns", "eventbridge", "eventbridge+sns"; see
+	// UnwrapEnvelopes), or "" if it arrived as published.
+	Envelope string
+
 	// Payload is what the Decoder made of Body, for the handler.
 	Payload any
 	// Key is the idempotency key the Decoder chose; the claim is on it.

@@ -29,6 +29,10 @@ type LambdaConfig struct {
 	Handler Handler
 	// Decoder validates a message and chooses its key. Defaults to KeyFromMessageID.
 	Decoder Decoder
+	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
+	// events as they arrived. Defaults to false: their envelopes are taken
+	// off first (see UnwrapEnvelopes).
+	KeepEnvelopes bool
 	// SQS, with QueueURL, lets the function move poison records to the
 	// queue's dead-letter queue at once and set a retried or deferred
 	// record's visibility; without them those records are reported as batch
@@ -78,6 +82,9 @@ type LambdaConfig struct {
 	// (the claim store reads its own Config.Now). Tests, a simulator and the
 	// clock-skew check move it. Defaults to time.Now.
 	Now func() time.Time
+	// OnReplay is called for every record of a key completed already, as
+	// Config.OnReplay. Defaults to nil.
+	OnReplay func(ctx context.Context, r Replay)
 }
 
 // Lambda handles SQS events with partial batch failures.
@@ -103,9 +110,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	}
 	// The defaults the processor's settings share with Worker's Config.
 	shared := Config{
-		Decoder: cfg.Decoder, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
+		Decoder: cfg.Decoder, KeepEnvelopes: cfg.KeepEnvelopes, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
 		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
-		TracerProvider: cfg.TracerProvider,
+		TracerProvider: cfg.TracerProvider, OnReplay: cfg.OnReplay,
 	}
 	shared.setDefaults()
 	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover

@@ -48,6 +48,7 @@ type Metrics struct {
 	clockSkewed   prometheus.Gauge
 	// resultsNotStored counts claims completed without their result.
 	resultsNotStored prometheus.Counter
+	replays          *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -110,6 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Claims completed without their handler's result because it was too large to store (claimstore.MaxResultBytes): the work is done once, and duplicates are acked without the result.",
 		}),
 	}
+	m.replays = newReplays()
 	for _, o := range outcomes {
 		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
 	}
@@ -129,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored, m.replays}
 }
 
 // KnownDependencies exports claimfirst_retries_total and

@@ -123,6 +123,7 @@ type processor struct {
 	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
 	now        func() time.Time
+	onReplay   func(context.Context, Replay) // nil: none
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
@@ -166,12 +167,19 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			m.Key, m.Fingerprint, acq.reused.Stored))
 	case claimstore.Duplicate:
 		p.metrics.count(OutcomeDuplicate)
+		r := replayed(m, acq.replay)
+		p.metrics.replays.WithLabelValues(r.Source).Inc()
+		if p.onReplay != nil {
+			p.onReplay(ctx, r)
+		}
 		if acq.notStored != nil {
 			log.Info("duplicate: key already completed, its result too large to have been stored",
-				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256))
+				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256),
+				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 			return disposition{action: actAck}
 		}
-		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token))
+		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
+			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
 		p.metrics.count(OutcomeDeferred)

@@ -37,7 +37,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 		TracerProvider: ap.tracing.TracerProvider(), ClockSkewMax: *clockSkewMax,
 	}
 	if *queueURL != "" {
-		cfg.SQS = sqs.NewFromConfig(ap.aws)
+		cfg.SQS = sqs.NewFromConfig(ap.aws, ap.tracing.sqs)
 	}
 	h, err := worker.NewLambda(ctx, cfg)
 	if err != nil {

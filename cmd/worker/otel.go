@@ -6,17 +6,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	// Deprecated upstream in favour of the SDK's own tracing, which is set
-	// per client (each client's Options.TracerProvider) rather than once on
-	// aws.Config as here: moving means passing it to every client made.
-	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws" //nolint:staticcheck // see above
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/claimfirst/claimfirst/internal/awstrace"
 )
 
 // defaultServiceName names the worker's traces unless OTEL_SERVICE_NAME does.
@@ -88,15 +86,20 @@ func (t *tracing) TracerProvider() trace.TracerProvider {
 	return t.provider
 }
 
-// instrument adds the OpenTelemetry AWS SDK instrumentation to cfg's
-// clients: a span per SQS and DynamoDB call, a child of the message's.
-// Clients made from cfg afterwards carry it.
-func (t *tracing) instrument(cfg *aws.Config) {
-	if t == nil || t.provider == nil {
-		return
+// dynamoDB turns the AWS SDK's own tracing on for a DynamoDB client, into
+// the OpenTelemetry provider (pass it to dynamodb.NewFromConfig): a span per
+// call, a child of the message's. Nothing when tracing is off.
+func (t *tracing) dynamoDB(o *dynamodb.Options) {
+	if t != nil && t.provider != nil {
+		o.TracerProvider = awstrace.Adapt(t.provider)
 	}
-	otelaws.AppendMiddlewares(&cfg.APIOptions, otelaws.WithTracerProvider(t.provider),
-		otelaws.WithTextMapPropagator(propagation.TraceContext{}))
+}
+
+// sqs is dynamoDB for an SQS client.
+func (t *tracing) sqs(o *sqs.Options) {
+	if t != nil && t.provider != nil {
+		o.TracerProvider = awstrace.Adapt(t.provider)
+	}
 }
 
 // flush exports the spans ended so far.

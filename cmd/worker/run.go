@@ -44,7 +44,7 @@ func defineApp(s *settings) *appSettings {
 		allowHTTP:         s.Bool("provider-allow-http", "PROVIDER_ALLOW_HTTP", false, "send the API key over plain http to a host other than loopback (unsafe)"),
 		providerKeySecret: s.String("provider-api-key-secret", "PROVIDER_API_KEY_SECRET", "", "Secrets Manager secret (name or ARN) holding the provider API key, read at start instead of PROVIDER_API_KEY"),
 		providerKey:       s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
-		keyFrom:           s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id or attribute:NAME"),
+		keyFrom:           s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id, attribute:NAME or jmespath:EXPR"),
 		logLevel:          s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
 		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
 		providerTimeout:   s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
@@ -132,6 +132,11 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if err != nil {
 		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
 	}
+	decoder, err := payment.NewDecoder(keyFrom)
+	if err != nil {
+		return nil, usagef("IDEMPOTENCY_KEY_FROM (-key-from): %v", err)
+	}
+	decoder.Strict, decoder.Logger = *a.strict, log
 	pcfg := provider.Config{
 		BaseURL: *a.providerURL, Timeout: *a.providerTimeout, MaxAttempts: *a.providerAttempts, APIKey: a.providerKey.Value(),
 		Logger: log,
@@ -161,7 +166,7 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		h.Lookup = client
 	}
 	ap.client, ap.handler, ap.keyLifetime, ap.lookup = client, h, *a.keyLifetime, *a.lookup
-	ap.decoder = &payment.Decoder{KeyFrom: keyFrom, Strict: *a.strict, Logger: log}
+	ap.decoder = decoder
 	return ap, nil
 }
 
@@ -192,7 +197,7 @@ func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tr
 		}
 		return cfg, tr, store, nil
 	}
-	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: *a.table, KeyPrefix: *a.keyPrefix})
+	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg, tr.dynamoDB), Table: *a.table, KeyPrefix: *a.keyPrefix})
 	if err != nil {
 		return aws.Config{}, nil, nil, usagef("CLAIM_TABLE: %v", err)
 	}
@@ -221,8 +226,9 @@ func startError(err error) error {
 	return err
 }
 
-// loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up and the
-// SDK's calls instrumented by it (when they turn it on).
+// loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up; clients
+// made with its dynamoDB and sqs options are traced by it (when they turn
+// it on).
 func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) {
 	cfg, err := loadAWS(ctx)
 	if err != nil {
@@ -232,7 +238,6 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	tr.instrument(&cfg)
 	return cfg, tr, nil
 }
 
@@ -305,7 +310,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	// Reading the queue can take a while against a cold endpoint; SIGTERM
 	// still ends it.
 	w, err := worker.New(ctx, worker.Config{
-		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws), Store: ap.store,
+		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws, ap.tracing.sqs), Store: ap.store,
 		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
 		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
 		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),

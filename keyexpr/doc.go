@@ -1,0 +1,25 @@
+// Package keyexpr finds a message's idempotency key and fingerprint in its
+// JSON payload by JMESPath expressions, as Powertools for AWS Lambda's
+// event_key_jmespath and payload_validation_jmespath do, with the
+// expressions users of those libraries already write.
+//
+// The key expression's value is the key: a string as it is, a number its
+// JSON text, a multi-select ("[customer_id, order_id]") its compact JSON.
+// Null, an empty string or an empty list is a missing key: a
+// *MissingKeyError naming the expression, which the worker dead-letters as
+// poison. The fingerprint expression's value is hashed (canonical JSON,
+// SHA-256): the same key arriving with another value there is a key reused
+// for another payload, not a duplicate.
+//
+// A JSON document held in a string (an SQS body inside a Lambda event, an
+// SNS "Message") is read with powertools_json, as in Powertools:
+// "powertools_json(body).order_id". The call applies to one value: it
+// starts the expression or follows a '.', and what follows it is searched
+// in the decoded document; it is not available inside projections or as
+// another function's argument. Expressions are compiled by
+// github.com/jmespath/go-jmespath, the implementation the AWS SDKs use.
+//
+// The worker takes an Expr as a Decoder (worker.KeyFromJMESPath), the
+// binary as IDEMPOTENCY_KEY_FROM=jmespath:EXPR, and a caller of package
+// once passes Extract's key and fingerprint to once.Do.
+package keyexpr

@@ -1,0 +1,375 @@
+package keyexpr
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jmespath/go-jmespath"
+)
+
+// JSONFunction is the function an expression calls to read a JSON document
+// held in a string (Powertools' powertools_json): "powertools_json(body).id".
+const JSONFunction = "powertools_json"
+
+var (
+	// ErrMissingKey means the key expression found nothing usable in the
+	// payload: null, an empty string, an empty list or object, or a list
+	// with a null in it. The error is a *MissingKeyError.
+	ErrMissingKey = errors.New("keyexpr: key missing from payload")
+	// ErrPayload means the payload, or a string given to powertools_json,
+	// is not JSON, or an expression failed on it.
+	ErrPayload = errors.New("keyexpr: payload not searchable")
+)
+
+// MissingKeyError is the error of a payload in which the key expression
+// found no key. It matches ErrMissingKey.
+type MissingKeyError struct {
+	// Expr is the key expression.
+	Expr string
+	// Found is what the expression found, as JSON ("null", `""`, "[]").
+	Found string
+}
+
+// Error implements error.
+func (e *MissingKeyError) Error() string {
+	return fmt.Sprintf("keyexpr: key expression %q found no key in the payload (found %s)", e.Expr, e.Found)
+}
+
+// Is reports whether target is ErrMissingKey.
+func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey }
+
+// Config says where a payload's key and fingerprint are.
+type Config struct {
+	// Key is the JMESPath expression whose value is the idempotency key
+	// (Powertools' event_key_jmespath): a string is the key as it is; a
+	// number or boolean its JSON text; a list or object (a multi-select
+	// such as "[customer, order]") its compact JSON with sorted object keys.
+	// Required.
+	Key string
+	// Fingerprint is the JMESPath expression whose value says what the
+	// payload is (Powertools' payload_validation_jmespath): the fingerprint
+	// is a hash of that value's canonical JSON, so the same key with another
+	// value there is a key reused, not a duplicate. Defaults to "": no
+	// fingerprint, any payload matches.
+	Fingerprint string
+}
+
+// Expr is a compiled Config. It is safe for concurrent use.
+type Expr struct {
+	key, fingerprint string
+	keyExpr, fpExpr  *compiled
+}
+
+// Extracted is what an Expr finds in a payload.
+type Extracted struct {
+	// Key is the idempotency key: never empty.
+	Key string
+	// Fingerprint is "sha256:" and the hash of the fingerprint expression's
+	// value, or "" when the Config has no fingerprint expression.
+	Fingerprint string
+}
+
+// New compiles c. Errors name the field whose expression does not compile.
+func New(c Config) (*Expr, error) {
+	var errs []error
+	e := &Expr{key: c.Key, fingerprint: c.Fingerprint}
+	if strings.TrimSpace(c.Key) == "" {
+		errs = append(errs, errors.New("Key is required"))
+	} else if k, err := compile(c.Key); err != nil {
+		errs = append(errs, fmt.Errorf("Key %q: %w", c.Key, err))
+	} else {
+		e.keyExpr = k
+	}
+	if c.Fingerprint != "" {
+		f, err := compile(c.Fingerprint)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("Fingerprint %q: %w", c.Fingerprint, err))
+		}
+		e.fpExpr = f
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("keyexpr: %w", errors.Join(errs...))
+	}
+	return e, nil
+}
+
+// KeyExpr returns the key expression, for logs.
+func (e *Expr) KeyExpr() string { return e.key }
+
+// Extract finds the key and fingerprint in a JSON payload. Errors: a
+// *MissingKeyError (ErrMissingKey) when the key is absent or empty;
+// ErrPayload, wrapped, when the payload is not JSON or an expression fails
+// on it. Both mean the payload can never yield a key: poison.
+func (e *Expr) Extract(payload []byte) (Extracted, error) {
+	var doc any
+	return e.ExtractPayload(payload, &doc)
+}
+
+// ExtractPayload is Extract that also stores the decoded payload in *doc,
+// for a caller that goes on to use it.
+func (e *Expr) ExtractPayload(payload []byte, doc *any) (Extracted, error) {
+	v, err := decodeJSON(payload)
+	if err != nil {
+		return Extracted{}, fmt.Errorf("%w: %w", ErrPayload, err)
+	}
+	*doc = v
+	return e.ExtractValue(v)
+}
+
+// ExtractValue is Extract on a payload already decoded by encoding/json into
+// an any (maps, slices, float64, string, bool, nil).
+func (e *Expr) ExtractValue(doc any) (Extracted, error) {
+	v, err := e.keyExpr.search(doc)
+	if err != nil {
+		return Extracted{}, fmt.Errorf("%w: key expression %q: %w", ErrPayload, e.key, err)
+	}
+	key, ok := keyText(v)
+	if !ok {
+		found, _ := canonical(v)
+		return Extracted{}, &MissingKeyError{Expr: e.key, Found: string(found)}
+	}
+	x := Extracted{Key: key}
+	if e.fpExpr != nil {
+		fv, err := e.fpExpr.search(doc)
+		if err != nil {
+			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
+		}
+		x.Fingerprint, err = Fingerprint(fv)
+		if err != nil {
+			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
+		}
+	}
+	return x, nil
+}
+
+// Fingerprint hashes v's canonical JSON (compact, object keys sorted):
+// "sha256:" and 32 hex digits.
+func Fingerprint(v any) (string, error) {
+	b, err := canonical(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// keyText turns an expression's value into a key; false if it is missing.
+func keyText(v any) (string, bool) {
+	switch t := v.(type) {
+	case nil:
+		return "", false
+	case string:
+		return t, t != ""
+	case float64:
+		return strconv.FormatFloat(t, 'f', -1, 64), true
+	case bool:
+		return strconv.FormatBool(t), true
+	case []any:
+		if len(t) == 0 {
+			return "", false
+		}
+		for _, x := range t {
+			if x == nil {
+				return "", false
+			}
+		}
+	case map[string]any:
+		if len(t) == 0 {
+			return "", false
+		}
+	}
+	b, err := canonical(v)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// canonical is v's compact JSON; encoding/json sorts map keys.
+func canonical(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func decodeJSON(b []byte) (any, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// compiled is an expression split at its first powertools_json call:
+// "PREFIX.powertools_json(INNER).REST". PREFIX is searched on the document,
+// INNER on PREFIX's value, the string it finds is decoded as JSON, and REST
+// is searched on that. An expression without the call is plain.
+type compiled struct {
+	plain  *jmespath.JMESPath // no powertools_json: the whole expression
+	prefix *jmespath.JMESPath // nil: the document itself
+	inner  *compiled
+	rest   *compiled // nil: the decoded value itself
+}
+
+func compile(expr string) (*compiled, error) {
+	expr = strings.TrimSpace(expr)
+	i := indexCall(expr)
+	if i < 0 {
+		jp, err := jmespath.Compile(expr)
+		if err != nil {
+			return nil, err
+		}
+		return &compiled{plain: jp}, nil
+	}
+	open := i + len(JSONFunction)
+	closing := matchParen(expr, open)
+	if closing < 0 {
+		return nil, fmt.Errorf("%s( at offset %d is not closed", JSONFunction, i)
+	}
+	c := &compiled{}
+	prefix := strings.TrimSpace(expr[:i])
+	if prefix != "" {
+		if !strings.HasSuffix(prefix, ".") {
+			return nil, fmt.Errorf("%s must start the expression or follow a '.'", JSONFunction)
+		}
+		jp, err := jmespath.Compile(strings.TrimSuffix(prefix, "."))
+		if err != nil {
+			return nil, err
+		}
+		c.prefix = jp
+	}
+	inner, err := compile(expr[open+1 : closing])
+	if err != nil {
+		return nil, err
+	}
+	c.inner = inner
+	rest := strings.TrimSpace(expr[closing+1:])
+	switch {
+	case rest == "":
+	case strings.HasPrefix(rest, "."):
+		rest = rest[1:]
+	case strings.HasPrefix(rest, "|"):
+		rest = strings.TrimSpace(rest[1:])
+	case strings.HasPrefix(rest, "["):
+		rest = "@" + rest
+	default:
+		return nil, fmt.Errorf("unexpected %q after %s(...)", rest, JSONFunction)
+	}
+	if rest != "" {
+		if c.rest, err = compile(rest); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *compiled) search(doc any) (any, error) {
+	if c.plain != nil {
+		return c.plain.Search(doc)
+	}
+	v := doc
+	if c.prefix != nil {
+		var err error
+		if v, err = c.prefix.Search(doc); err != nil {
+			return nil, err
+		}
+	}
+	s, err := c.inner.search(v)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, nil // nothing there: missing, like any absent field
+	}
+	str, ok := s.(string)
+	if !ok {
+		return nil, fmt.Errorf("%s: argument is %s, not a string", JSONFunction, jsonType(s))
+	}
+	decoded, err := decodeJSON([]byte(str))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", JSONFunction, err)
+	}
+	if c.rest == nil {
+		return decoded, nil
+	}
+	return c.rest.search(decoded)
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// indexCall finds the first powertools_json( outside quotes, or -1.
+func indexCall(expr string) int {
+	var quote byte
+	for i := 0; i < len(expr); i++ {
+		ch := expr[i]
+		switch {
+		case quote != 0:
+			switch ch {
+			case '\\':
+				i++
+			case quote:
+				quote = 0
+			}
+		case ch == '"' || ch == '\'' || ch == '`':
+			quote = ch
+		case strings.HasPrefix(expr[i:], JSONFunction+"(") && (i == 0 || !isIdent(expr[i-1])):
+			return i
+		}
+	}
+	return -1
+}
+
+// matchParen returns the index of the ')' closing the '(' at open, or -1.
+func matchParen(expr string, open int) int {
+	depth := 0
+	var quote byte
+	for i := open; i < len(expr); i++ {
+		ch := expr[i]
+		switch {
+		case quote != 0:
+			switch ch {
+			case '\\':
+				i++
+			case quote:
+				quote = 0
+			}
+		case ch == '"' || ch == '\'' || ch == '`':
+			quote = ch
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+func isIdent(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+}

@@ -1,0 +1,45 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/claimfirst/claimfirst/keyexpr"
+)
+
+// KeyFromJMESPath returns a Decoder that parses a message's body as JSON
+// (m.Payload becomes the decoded value: maps, slices, float64, string, bool)
+// and takes its key, and its fingerprint if c.Fingerprint is set, from the
+// JMESPath expressions in c (see package keyexpr; Powertools'
+// event_key_jmespath and payload_validation_jmespath). A body that is not
+// JSON, or in which the key expression finds nothing or an empty value, is
+// poison, with a reason naming the expression. Errors from New: c's
+// expressions do not compile (wrapping ErrConfig).
+func KeyFromJMESPath(c keyexpr.Config) (Decoder, error) {
+	e, err := keyexpr.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return JMESPathDecoder{Expr: e}, nil
+}
+
+// JMESPathDecoder is the Decoder KeyFromJMESPath returns, for an Expr
+// compiled already.
+type JMESPathDecoder struct {
+	// Expr finds the key and fingerprint. Required.
+	Expr *keyexpr.Expr
+}
+
+// Decode implements Decoder.
+func (d JMESPathDecoder) Decode(m *Message) error {
+	if d.Expr == nil {
+		return errors.New("worker: JMESPathDecoder without an Expr")
+	}
+	var doc any
+	x, err := d.Expr.ExtractPayload([]byte(m.Body), &doc)
+	if err != nil {
+		return Permanent("no idempotency key", err)
+	}
+	m.Payload, m.Key, m.Fingerprint = doc, x.Key, x.Fingerprint
+	return nil
+}

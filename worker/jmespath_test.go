@@ -1,0 +1,142 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/keyexpr"
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// snsWrapped is an order as SNS delivers it to SQS with raw delivery off.
+func snsWrapped(snsID, order string) string {
+	return `{"Type":"Notification","MessageId":"` + snsID + `","TopicArn":"arn:aws:sns:eu-west-1:111122223333:orders",` +
+		`"Message":"` + strings.ReplaceAll(order, `"`, `\"`) + `","Timestamp":"2026-12-04T10:00:00.000Z",` +
+		`"SignatureVersion":"1","Signature":"EXAMPLE","SigningCertURL":"https://sns.eu-west-1.amazonaws.com/x.pem",` +
+		`"UnsubscribeURL":"https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe"}`
+}
+
+// eventBridgeWrapped is an order as an EventBridge rule delivers it to SQS.
+func eventBridgeWrapped(id, order string) string {
+	return `{"version":"0","id":"` + id + `","detail-type":"Order Placed","source":"com.example.orders",` +
+		`"account":"111122223333","time":"2026-12-04T10:00:00Z","region":"eu-west-1","resources":[],"detail":` + order + `}`
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	keys []string
+	envs []string
+}
+
+func (r *recorder) Handle(_ context.Context, m *worker.Message) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, m.Key)
+	r.envs = append(r.envs, m.Envelope)
+	return "done:" + m.Key, nil
+}
+
+func TestJMESPathKeysThroughEnvelopes(t *testing.T) {
+	t.Parallel()
+	dec, err := worker.KeyFromJMESPath(keyexpr.Config{Key: "order_id", Fingerprint: "[amount, currency]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := `{"order_id":"ord_1","amount":1999,"currency":"EUR"}`
+	for _, tc := range []struct {
+		name      string
+		keep      bool
+		bodies    []string
+		wantKeys  []string
+		wantEnv   []string
+		wantFails int
+		reason    string
+	}{
+		// The same order arrives raw, through SNS twice (an SNS retry is a
+		// new SQS message) and through EventBridge: one key, handled once.
+		{name: "unwrapped", bodies: []string{order, snsWrapped("sns-1", order), snsWrapped("sns-1", order), eventBridgeWrapped("eb-1", order)},
+			wantKeys: []string{"ord_1"}, wantEnv: []string{""}},
+		{name: "sns first", bodies: []string{snsWrapped("sns-1", order), order},
+			wantKeys: []string{"ord_1"}, wantEnv: []string{"sns"}},
+		{name: "eventbridge first", bodies: []string{eventBridgeWrapped("eb-1", order), order},
+			wantKeys: []string{"ord_1"}, wantEnv: []string{"eventbridge"}},
+		// With KeepEnvelopes the expression looks at the envelope, finds no
+		// order_id, and the message is poison.
+		{name: "kept", keep: true, bodies: []string{snsWrapped("sns-1", order)}, wantFails: 1},
+		{name: "missing key", bodies: []string{snsWrapped("sns-2", `{"amount":5}`)}, wantFails: 1},
+		// The same key with another amount is a key reused, not a duplicate.
+		{name: "reused", bodies: []string{order, snsWrapped("sns-3", strings.Replace(order, "1999", "2999", 1))},
+			wantKeys: []string{"ord_1"}, wantEnv: []string{""}, wantFails: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
+				Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
+				KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler), EMF: io.Discard,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fails := 0
+			for i, b := range tc.bodies {
+				resp, err := l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: fmt.Sprint("m", i), Body: b}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				fails += len(resp.BatchItemFailures)
+			}
+			if fmt.Sprint(rec.keys) != fmt.Sprint(tc.wantKeys) || fmt.Sprint(rec.envs) != fmt.Sprint(tc.wantEnv) || fails != tc.wantFails {
+				t.Errorf("handled keys %q envelopes %q, %d failures; want %q, %q, %d", rec.keys, rec.envs, fails, tc.wantKeys, tc.wantEnv, tc.wantFails)
+			}
+		})
+	}
+}
+
+func TestKeyFromJMESPathRejectsBadExpressions(t *testing.T) {
+	t.Parallel()
+	if _, err := worker.KeyFromJMESPath(keyexpr.Config{Key: "a.["}); err == nil || !strings.Contains(err.Error(), `Key "a.["`) {
+		t.Errorf("KeyFromJMESPath = %v, want an error naming Key", err)
+	}
+}
+
+// Keys from a path in the payload, for a queue subscribed to an SNS topic:
+// the notification's envelope comes off before the expression is applied,
+// so a message published twice (an SNS retry) is handled once.
+func ExampleKeyFromJMESPath() {
+	dec, err := worker.KeyFromJMESPath(keyexpr.Config{
+		Key:         "order_id",           // Powertools' event_key_jmespath
+		Fingerprint: "[amount, currency]", // payload_validation_jmespath
+	})
+	if err != nil {
+		panic(err)
+	}
+	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
+		Store: memory.New(memory.Config{}), Retention: 24 * time.Hour, Decoder: dec,
+		Logger: slog.New(slog.DiscardHandler), EMF: io.Discard,
+		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+			fmt.Println("charging", m.Key, "from", m.Envelope)
+			return "charged", nil
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
+	order := `{"order_id":"ord_7","amount":1999,"currency":"EUR"}`
+	for _, id := range []string{"sqs-1", "sqs-2"} { // two deliveries of one publication
+		_, _ = l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+			{MessageId: id, Body: snsWrapped("sns-7", order)},
+		}})
+	}
+	// Output:
+	// charging ord_7 from sns
+}
