@@ -21,7 +21,9 @@ func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
 	claimstoretest.Run(t, "cache/memory", func(t *testing.T, clock *claimstoretest.Clock) claimstore.Store {
 		return mustNew(t, memory.New(memory.Config{Now: clock.Now, KeyPrefix: "svc#"}), cache.Config{Now: clock.Now})
-	}, claimstoretest.Options{KeyPrefix: "svc#"})
+	}, claimstoretest.Options{KeyPrefix: "svc#", Prefixed: func(t *testing.T, clock *claimstoretest.Clock, prefix string) claimstore.Store {
+		return mustNew(t, memory.New(memory.Config{Now: clock.Now, KeyPrefix: prefix}), cache.Config{Now: clock.Now})
+	}})
 }
 
 func TestConformanceDynamo(t *testing.T) {
@@ -33,7 +35,13 @@ func TestConformanceDynamo(t *testing.T) {
 			t.Fatal(err)
 		}
 		return mustNew(t, s, cache.Config{Now: clock.Now})
-	}, claimstoretest.Options{KeyPrefix: "svc#", RaceRounds: 5})
+	}, claimstoretest.Options{KeyPrefix: "svc#", RaceRounds: 5, Prefixed: func(t *testing.T, clock *claimstoretest.Clock, prefix string) claimstore.Store {
+		s, err := dynamo.New(dynamo.Config{Client: client, Table: table, KeyPrefix: prefix, Now: clock.Now}) // one table: the prefixes share it
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustNew(t, s, cache.Config{Now: clock.Now})
+	}})
 }
 
 func mustNew(t *testing.T, inner claimstore.Store, cfg cache.Config) *cache.Store {
