@@ -71,6 +71,10 @@ func TestProbeIgnoringItsContext(t *testing.T) {
 	// Its second failure comes from a probe: every receive from then on is
 	// a probe, one at a time.
 	waitFor(t, 30*time.Second, "the breaker to open and a probe to fail", func() bool { return w.Health() != nil && fails.Load() >= 2 })
+	// A long poll that began before the breaker opened receives a whole
+	// batch, not a probe: let those end (WaitTime), so that the stuck
+	// message is received as a probe.
+	time.Sleep(2 * time.Second)
 	e.send("stuck")
 	var stuckID string
 	select {
