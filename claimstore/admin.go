@@ -106,3 +106,21 @@ func (c Claim) AllowsForceComplete() bool {
 
 // AllowsForget reports whether Forget may delete c.
 func (c Claim) AllowsForget() bool { return c.Status == StatusCompleted }
+
+// ReadForRepair is the read an Admin repair starts with, for every backend:
+// get's row for key, refused with ErrWrongState (the row returned) unless
+// allowed accepts it; an absent row is ErrNotFound. op names the repair in
+// the errors.
+func ReadForRepair(ctx context.Context, get func(context.Context, string) (Claim, error), key, op string, allowed func(Claim) bool) (Claim, error) {
+	before, err := get(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Claim{}, fmt.Errorf("%s %q: %w", op, key, ErrNotFound)
+		}
+		return Claim{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if !allowed(before) {
+		return before, fmt.Errorf("%s %q: status %s: %w", op, key, before.Status, ErrWrongState)
+	}
+	return before, nil
+}

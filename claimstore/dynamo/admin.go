@@ -76,17 +76,7 @@ func (s *Store) Forget(ctx context.Context, key string) (claimstore.Claim, error
 
 // adminRead reads key's live row and checks that allowed accepts it.
 func (s *Store) adminRead(ctx context.Context, key, op string, allowed func(claimstore.Claim) bool) (claimstore.Claim, error) {
-	before, err := s.Get(ctx, key)
-	if err != nil {
-		if errors.Is(err, claimstore.ErrNotFound) {
-			return claimstore.Claim{}, fmt.Errorf("%s %q: %w", op, key, claimstore.ErrNotFound)
-		}
-		return claimstore.Claim{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if !allowed(before) {
-		return before, fmt.Errorf("%s %q: status %s: %w", op, key, before.Status, claimstore.ErrWrongState)
-	}
-	return before, nil
+	return claimstore.ReadForRepair(ctx, s.Get, key, op, allowed)
 }
 
 // asRead returns the condition that the row is still c (status, token and
