@@ -44,7 +44,12 @@ func TestOutagePostgres(t *testing.T) {
 	// (spending receives) instead of riding it out in process.
 	w1 := e.start("ow1", c.worker("ow1", 4, "HOLD_FOR=1s"))
 	w2 := e.start("ow2", c.worker("ow2", 4, "HOLD_FOR=1s"))
-	time.Sleep(500 * time.Millisecond) // some payments done before the outage
+	// The outage begins once both workers are charging (each connected at
+	// start): a worker that cannot reach its database at start refuses to
+	// run, which is not the outage under test.
+	waitFor(t, 40*time.Second, "both workers started and payments charged before the outage", func() bool {
+		return w1.logCount("worker started") > 0 && w2.logCount("worker started") > 0 && e.fake.Stats().Charges >= 8
+	})
 	srv.Stop()
 	stopped := time.Now()
 	time.Sleep(6 * time.Second)
