@@ -322,31 +322,32 @@ func jsonType(v any) string {
 
 // indexCall finds the first powertools_json( outside quotes, or -1.
 func indexCall(expr string) int {
-	var quote byte
-	for i := 0; i < len(expr); i++ {
-		ch := expr[i]
-		switch {
-		case quote != 0:
-			switch ch {
-			case '\\':
-				i++
-			case quote:
-				quote = 0
-			}
-		case ch == '"' || ch == '\'' || ch == '`':
-			quote = ch
-		case strings.HasPrefix(expr[i:], JSONFunction+"(") && (i == 0 || !isIdent(expr[i-1])):
-			return i
-		}
-	}
-	return -1
+	return findUnquoted(expr, 0, func(i int) bool {
+		return strings.HasPrefix(expr[i:], JSONFunction+"(") && (i == 0 || !isIdent(expr[i-1]))
+	})
 }
 
 // matchParen returns the index of the ')' closing the '(' at open, or -1.
 func matchParen(expr string, open int) int {
 	depth := 0
+	return findUnquoted(expr, open, func(i int) bool {
+		switch expr[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			return depth == 0
+		}
+		return false
+	})
+}
+
+// findUnquoted returns the first index from on, outside quoted strings
+// (JMESPath's "identifiers", 'raw strings' and `literals`, with backslash
+// escapes), at which found is true, or -1.
+func findUnquoted(expr string, from int, found func(i int) bool) int {
 	var quote byte
-	for i := open; i < len(expr); i++ {
+	for i := from; i < len(expr); i++ {
 		ch := expr[i]
 		switch {
 		case quote != 0:
@@ -358,13 +359,8 @@ func matchParen(expr string, open int) int {
 			}
 		case ch == '"' || ch == '\'' || ch == '`':
 			quote = ch
-		case ch == '(':
-			depth++
-		case ch == ')':
-			depth--
-			if depth == 0 {
-				return i
-			}
+		case found(i):
+			return i
 		}
 	}
 	return -1
