@@ -380,27 +380,38 @@ func (s *Server) chargeOnce(w http.ResponseWriter, r *http.Request) {
 	rq := requestFrom(r.Context())
 	p := provider.Payment(rq.payment)
 	key := r.Header.Get("Idempotency-Key")
+	// A 5xx before charging: the middleware releases the key, so a retry charges.
+	status, body, hold, ok := s.tryCharge(w, key, p)
+	if !ok {
+		return
+	}
+	rq.hold = hold
+	writeBody(w, status, body)
+}
+
+// tryCharge is a first or retried charge of p under id: the configured
+// faults decide, on id's first try, whether it fails before charging
+// (written to w, ok false) or charges and then times out (hold true).
+// Charging takes Latency, whether or not the caller waits for it.
+func (s *Server) tryCharge(w http.ResponseWriter, id string, p provider.Payment) (status int, body []byte, hold, ok bool) {
 	s.mu.Lock()
-	first := !s.tried[key]
-	s.tried[key] = true
-	fail := first && s.cfg.FailFirst(key, p)
-	hold := first && !fail && s.cfg.TimeoutFirst(key, p)
+	first := !s.tried[id]
+	s.tried[id] = true
+	fail := first && s.cfg.FailFirst(id, p)
+	hold = first && !fail && s.cfg.TimeoutFirst(id, p)
 	if fail || hold {
 		s.stats.Faults++
 	}
 	s.mu.Unlock()
 	if fail {
-		// A 5xx: the middleware releases the key, so a retry charges.
 		writeError(w, http.StatusServiceUnavailable, provider.TypeUnavailable, "injected fault: failed before charging")
-		return
+		return 0, nil, false, false
 	}
-	// Charging takes Latency, whether or not the caller waits for it.
 	s.wait(nil, s.cfg.Latency)
 	s.mu.Lock()
-	status, body := s.result(p)
+	status, body = s.result(p)
 	s.mu.Unlock()
-	rq.hold = hold
-	writeBody(w, status, body)
+	return status, body, hold, true
 }
 
 // reject writes the middleware's refusals in the provider's error format.
@@ -439,23 +450,10 @@ func (s *Server) chargeIgnoringKey(ctx context.Context, w http.ResponseWriter, k
 	if id == "" {
 		id = p.PaymentID
 	}
-	s.mu.Lock()
-	first := !s.tried[id]
-	s.tried[id] = true
-	fail := first && s.cfg.FailFirst(id, p)
-	hold := first && !fail && s.cfg.TimeoutFirst(id, p)
-	if fail || hold {
-		s.stats.Faults++
-	}
-	s.mu.Unlock()
-	if fail {
-		writeError(w, http.StatusServiceUnavailable, provider.TypeUnavailable, "injected fault: failed before charging")
+	status, body, hold, ok := s.tryCharge(w, id, p)
+	if !ok {
 		return
 	}
-	s.wait(nil, s.cfg.Latency)
-	s.mu.Lock()
-	status, body := s.result(p)
-	s.mu.Unlock()
 	if hold {
 		s.wait(ctx.Done(), s.cfg.TimeoutDelay)
 	}
