@@ -337,23 +337,58 @@ func (p *proc) kill() {
 // logLine is the part of a worker's JSON log line the tests read.
 type logLine struct {
 	Msg          string `json:"msg"`
+	Outcome      string `json:"outcome"`
 	Token        int64  `json:"token"`
 	ReceiveCount int    `json:"receive_count"`
 }
 
-// logCount counts log lines whose msg contains s.
+// logLines returns the JSON lines of a worker's log, skipping any other.
+func logLines(log string) []logLine {
+	var lines []logLine
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line logLine
+		if json.Unmarshal(sc.Bytes(), &line) == nil {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// logCount counts log lines whose msg contains s. For what happened to a
+// message, count its outcome instead (outcomeCount): words recur across
+// messages ("completed" is in "duplicate: key already completed").
 func (p *proc) logCount(s string) int {
 	return p.logCountWhere(s, func(logLine) bool { return true })
 }
 
 // logCountWhere counts log lines whose msg contains s and that match.
 func (p *proc) logCountWhere(s string, match func(logLine) bool) int {
+	return countLines(p.log.String(), func(l logLine) bool { return strings.Contains(l.Msg, s) && match(l) })
+}
+
+// outcomeCount counts the log lines whose outcome attribute is o (a
+// worker.Outcome: "completed", "duplicate", "lease_lost", ...): the one
+// final line the worker writes for each delivery, whatever its message says.
+func (p *proc) outcomeCount(o string) int {
+	return p.outcomeCountWhere(o, func(logLine) bool { return true })
+}
+
+// outcomeCountWhere counts the log lines whose outcome is o and that match.
+func (p *proc) outcomeCountWhere(o string, match func(logLine) bool) int {
+	return countOutcome(p.log.String(), o, match)
+}
+
+// countOutcome counts the lines of log whose outcome is o and that match.
+func countOutcome(log, o string, match func(logLine) bool) int {
+	return countLines(log, func(l logLine) bool { return l.Outcome == o && match(l) })
+}
+
+func countLines(log string, match func(logLine) bool) int {
 	n := 0
-	sc := bufio.NewScanner(strings.NewReader(p.log.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line logLine
-		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.Contains(line.Msg, s) && match(line) {
+	for _, l := range logLines(log) {
+		if match(l) {
 			n++
 		}
 	}

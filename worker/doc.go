@@ -45,23 +45,11 @@
 //
 // A FIFO queue (its FifoQueue attribute, or a Lambda event source ARN ending
 // in ".fifo") is processed one message group at a time: the messages of a
-// MessageGroupId that arrive together run one after another in the order SQS
-// gave them, different groups in parallel up to the concurrency. Messages
-// waiting behind another of their group have their visibility extended.
-// When a message of a group is not done (retried, deferred because its key
-// is held elsewhere, lease lost), the group's later messages from the same
-// delivery are not started: Worker makes them visible again at once, Lambda
-// reports them as batch item failures unprocessed, and the message that was
-// not done keeps the group locked in SQS until it comes back first. Lambda
-// reports only the failed group's rest, not the whole rest of the batch, so
-// that other groups are neither held back nor redelivered.
-//
-// A message whose key is held elsewhere therefore blocks its group until
-// the holder completes or its lease ends; claimfirst_fifo_groups_blocked_total
-// counts it with cause "held_elsewhere". Dead-lettered messages go to the
-// FIFO dead-letter queue with their group id and a deduplication id derived
-// from the message id, and do not stop their group. On a standard queue a
-// MessageGroupId (fair queues) serializes nothing.
+// MessageGroupId run one after another in the order SQS gave them, different
+// groups in parallel, and a message that is not done holds back its group's
+// later messages. The rules (what holds a group and for how long, how poison
+// leaves it, the queue's maxReceiveCount, what Lambda reports) are written
+// once, in the repository's docs/protocol.md, "FIFO queues".
 //
 // # Messages from SNS and EventBridge, keys by expression, replays
 //
