@@ -30,7 +30,10 @@
 // no valid message dead-lettered when every outage ended within the outage
 // cover (checked where only dependency failures spent receives); FIFO
 // groups' effects in order; the queue drains within two virtual hours of
-// the last fault. While it runs: no delivery acquires a key while another
+// the last fault, and within a minute of a FIFO burst (some FIFO seeds queue
+// groups of payments before the workers start, each payment's first charge
+// refused, every retry returned through the queue: a message's backoff must
+// follow its own failures, not the receives its group spent in front of it). While it runs: no delivery acquires a key while another
 // holder's lease, as that holder knows it, is live (beyond the lease
 // margin); no write is applied with a token that is not the row's; a write
 // the store acknowledged is in the row. synctest.Test itself fails a run

@@ -115,6 +115,21 @@ func (s tooLarge) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w
 	return claimstore.CompleteTx(ctx, s.store, p, w)
 }
 
+// receiveCountSchedule hides a claim's own attempts from the worker, which
+// then indexes a failed message's backoff by its ApproximateReceiveCount,
+// as it did before the fix: in a FIFO group, the receives the messages
+// behind a failing one spent while it blocked them are charged to their
+// own first failure, and the group stalls.
+type receiveCountSchedule struct{ store }
+
+func (s receiveCountSchedule) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	a, err := s.store.Acquire(ctx, p)
+	if err == nil && a.Outcome == claimstore.Acquired {
+		a.Claim.Attempts = 1 << 30
+	}
+	return a, err
+}
+
 func wrap(f func(store) claimstore.Store) func(claimstore.Store) claimstore.Store {
 	return func(s claimstore.Store) claimstore.Store { return f(s.(store)) }
 }
@@ -157,6 +172,8 @@ var mutants = []struct {
 				return r, err
 			})
 		}}},
+	{"FIFO backoff by receive count", 60, sim.Config{Queue: sim.FIFOQueue,
+		WrapStore: wrap(func(s store) claimstore.Store { return receiveCountSchedule{s} })}},
 	{"a worker's clock is ahead", 300, sim.Config{
 		Clock: func(slot int, skew time.Duration) func() time.Time {
 			if slot == 1 {

@@ -35,9 +35,9 @@ func TestSeeds(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	var tot struct {
-		seeds, msgs, violations int
-		virtual                 time.Duration
-		injected                map[string]int
+		seeds, msgs, violations, bursts int
+		virtual, burstDrain             time.Duration
+		injected                        map[string]int
 	}
 	tot.injected = map[string]int{}
 	t.Run("seeds", func(t *testing.T) {
@@ -51,6 +51,10 @@ func TestSeeds(t *testing.T) {
 				tot.msgs += r.Messages
 				tot.virtual += r.Virtual
 				tot.violations += len(r.Violations)
+				if r.Burst {
+					tot.bursts++
+					tot.burstDrain = max(tot.burstDrain, r.Drain)
+				}
 				for k, v := range r.Injected {
 					tot.injected[k] += v
 				}
@@ -64,6 +68,7 @@ func TestSeeds(t *testing.T) {
 	fmt.Fprintf(&b, "\n%-22s %v\n", "seeds", tot.seeds)
 	fmt.Fprintf(&b, "%-22s %.1f\n", "virtual hours", tot.virtual.Hours())
 	fmt.Fprintf(&b, "%-22s %d\n", "messages", tot.msgs)
+	fmt.Fprintf(&b, "%-22s %d (longest drain %s)\n", "fifo bursts", tot.bursts, tot.burstDrain)
 	for _, k := range slices.Sorted(maps.Keys(tot.injected)) {
 		fmt.Fprintf(&b, "%-22s %d\n", "fault "+k, tot.injected[k])
 	}

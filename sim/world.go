@@ -160,6 +160,21 @@ const (
 	drainBound      = 2 * time.Hour    // after the last fault (or the redrive)
 	leaseMargin     = 3 * time.Second  // worker's default for a 30s visibility
 	skewMax         = time.Second      // per worker, under the margin
+
+	// A FIFO burst: groups of payments queued before the workers start, so
+	// that a receive returns several messages of a group; each payment's
+	// first charge refused (503); retries returned to the queue rather than
+	// held; the worker's default outage cover (an hour) spread over the
+	// queue's maxReceiveCount of 10, so the backoff grows steeply with the
+	// failure count (1s, 2.6s, 6.9s, 18s, 47s, 2m, 5m, 14m, 37m). Each
+	// failure costs its own message the first, short backoff, so the burst
+	// drains within burstDrainBound of its last send; a schedule that charges
+	// a message for the receives its group spent in front of it (the
+	// messages behind a failing one are returned unstarted, each a receive)
+	// stalls the group for many minutes.
+	burstCover      = time.Hour
+	burstDrainBound = time.Minute
+	burstStart      = 5 * time.Second
 )
 
 // Result is what a run did and found.
@@ -170,6 +185,9 @@ type Result struct {
 	Faults Fault
 	// FIFO says the queue was a FIFO queue.
 	FIFO bool
+	// Burst says the run was a FIFO burst: every payment sent at once in a
+	// few groups, each failing once (see the world's fifoBurst).
+	Burst bool
 	// Virtual is the virtual time the run took.
 	Virtual time.Duration
 	// Messages counts the messages sent to the source queue (producer
@@ -232,6 +250,7 @@ type world struct {
 	f     fate
 	kinds Fault
 	fifo  bool
+	burst bool // a FIFO burst (see burstDrainBound)
 	byID  bool
 	j     *journal
 
@@ -283,6 +302,11 @@ func Simulate(cfg Config) *Result {
 	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && cfg.Handler == nil && f.chance(1.0/3, "key-by-id"))
 	if w.fifo {
 		w.kinds &^= Duplicate | StaleDelete // FIFO queues deliver exactly once
+	}
+	if w.fifo && cfg.Handler == nil && !w.byID && f.chance(0.35, "fifo-burst") {
+		// The burst's own fault (each payment refused once) is the only one:
+		// its drain bound is tight, and only a schedule fault can miss it.
+		w.burst, w.kinds = true, 0
 	}
 	w.lastFault = w.start
 	return w.run()
@@ -393,6 +417,12 @@ func (w *world) run() *Result {
 	}
 	w.provider.Outage = func(t time.Time) int { return inWindow(w.provOut, t) }
 	w.provider.Decide = func(key string, attempt int) ProviderFault {
+		if w.burst {
+			if attempt == 1 {
+				return ChargeRefused
+			}
+			return ChargeOK
+		}
 		if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(faultWindow)) {
 			return ChargeOK
 		}
@@ -444,11 +474,22 @@ func (w *world) produce(ctx context.Context, wg *sync.WaitGroup) {
 		n = f.intn(6, 16, "messages")
 	}
 	groups := f.intn(1, 4, "groups")
+	spacing, jitter := 12*time.Second, 10*time.Second
+	if w.burst {
+		// Groups of up to eight: with every message failing once, the last
+		// of a group is returned unstarted once per failure in front of it,
+		// and nine receives must leave it its own retry within the queue's
+		// maxReceiveCount of 10.
+		groups = f.intn(1, 3, "burst-groups")
+		n = groups * f.intn(5, 8, "burst-size")
+		spacing, jitter = time.Millisecond, 0
+		w.mark(w.start.Add(time.Duration(n) * spacing))
+	}
 	for i := range n {
 		body, group, pay := w.body(i, groups)
 		// In index order (a FIFO group's order is its send order), over
-		// the first minutes.
-		at := time.Duration(i)*12*time.Second + f.dur(0, 10*time.Second, "send", itoa(i))
+		// the first minutes (a burst: at once).
+		at := time.Duration(i)*spacing + f.dur(0, jitter, "send", itoa(i))
 		send := func(delay time.Duration, attempt int) {
 			wg.Go(func() {
 				t := time.NewTimer(delay)
@@ -538,6 +579,11 @@ func (w *world) decoder() worker.Decoder {
 func (w *world) handler() worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
 		p := m.Payload.(payment)
+		if w.burst {
+			// The request's round trip: the refusal comes back after the
+			// tiny HoldFor has passed, so the retry goes through the queue.
+			time.Sleep(10 * time.Millisecond)
+		}
 		var id string
 		err := Effect(ctx, func() error {
 			var err error
@@ -560,6 +606,9 @@ func (w *world) slot(ctx context.Context, i int) {
 	skew := time.Duration(0)
 	if w.on(Skew) {
 		skew = f.dur(0, 2*skewMax, "skew", s) - skewMax
+	}
+	if w.burst && !sleep(ctx, burstStart) {
+		return // the burst is queued before any worker starts
 	}
 	var clock func() time.Time
 	if w.cfg.Clock != nil {
@@ -670,6 +719,11 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 		Logger:          slog.New(slog.DiscardHandler),
 		Now:             n.clock,
 	}
+	if w.burst {
+		// Every retry goes back through the queue and spends a receive.
+		// A receive takes a whole group.
+		cfg.OutageCover, cfg.HoldFor, cfg.Concurrency = burstCover, time.Nanosecond, 10
+	}
 	if w.cfg.Tune != nil {
 		w.cfg.Tune(n.slot, &cfg)
 	}
@@ -743,7 +797,7 @@ func (w *world) watch() {
 	for {
 		time.Sleep(10 * time.Second)
 		now := time.Now()
-		quiet := now.After(w.lastFaultAt()) && now.After(w.start.Add(12*time.Minute))
+		quiet := now.After(w.lastFaultAt()) && (w.burst || now.After(w.start.Add(12*time.Minute)))
 		src := w.sqs.Stats(w.src)
 		if quiet && !w.redriven && src.Visible+src.InFlight == 0 && w.validInDLQ() > 0 {
 			if redriveAt.IsZero() {
@@ -761,9 +815,13 @@ func (w *world) watch() {
 			w.drain = max(0, now.Sub(last))
 			return
 		}
-		if now.Sub(last) > drainBound {
+		bound := drainBound
+		if w.burst {
+			bound = burstDrainBound
+		}
+		if now.Sub(last) > bound {
 			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight, %d valid dead-lettered",
-				drainBound, src.Visible, src.InFlight, w.validInDLQ())
+				bound, src.Visible, src.InFlight, w.validInDLQ())
 			return
 		}
 	}
@@ -828,7 +886,7 @@ func (w *world) redrive() {
 
 // check runs the invariants after the run.
 func (w *world) check() *Result {
-	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Virtual: time.Since(w.start),
+	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Burst: w.burst, Virtual: time.Since(w.start),
 		Messages: w.sqs.Stats(w.src).Sent, Drain: w.drain, Store: w.store, Provider: w.provider, SQS: w.sqs,
 		QueueURL: w.src, DeadLetterURL: w.dlq, j: w.j}
 	for _, s := range w.store.Stale() {
