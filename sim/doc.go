@@ -13,8 +13,11 @@
 // counts the money moved per payment (the oracle). Several real
 // worker.Worker instances consume the queue; the seed crashes them at any
 // instant (their clients then refuse every call), stalls them past their
-// lease, drains and restarts them, skews their clocks, and an operator
-// redrives the dead-letter queue after a long outage.
+// lease, drains and restarts them, skews their clocks (within the lease
+// margin, or one worker's beyond its ClockSkewMax: SQS's answers carry a
+// Date on the simulated clock, which the worker's own check reads through
+// the SDK's middleware, and that worker must claim nothing), and an
+// operator redrives the dead-letter queue after a long outage.
 //
 // Every fault decision is a function of the seed and the event's identity
 // (message, attempt, operation), not of a shared random stream, so a seed
@@ -30,14 +33,17 @@
 // no valid message dead-lettered when every outage ended within the outage
 // cover (checked where only dependency failures spent receives); FIFO
 // groups' effects in order; the queue drains within two virtual hours of
-// the last fault, and within a minute of a FIFO burst (some FIFO seeds queue
-// groups of payments before the workers start, each payment's first charge
-// refused, every retry returned through the queue: a message's backoff must
-// follow its own failures, not the receives its group spent in front of it). While it runs: no delivery acquires a key while another
-// holder's lease, as that holder knows it, is live (beyond the lease
-// margin); no write is applied with a token that is not the row's; a write
-// the store acknowledged is in the row. synctest.Test itself fails a run
-// whose goroutines outlive it.
+// the last fault, and within a minute of a FIFO burst (some FIFO seeds
+// queue groups of payments before the workers start, each payment's first
+// charge refused, every retry returned through the queue: a message's
+// backoff must follow its own failures, not the receives its group spent in
+// front of it); a worker whose clock is off beyond its ClockSkewMax
+// reports it (claimfirst_clock_skewed). While it runs: no delivery
+// acquires a key while another holder's lease, as that holder knows it, is
+// live (beyond the lease margin); a worker whose clock is off beyond its
+// ClockSkewMax acquires nothing; no write is applied with a token that is
+// not the row's; a write the store acknowledged is in the row.
+// synctest.Test itself fails a run whose goroutines outlive it.
 //
 // # Your handler
 //

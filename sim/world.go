@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/redrive"
@@ -56,17 +57,21 @@ const (
 	// ProducerRetry sends a message again as a new message (the producer
 	// retried); a FIFO queue deduplicates it within five minutes.
 	ProducerRetry
+	// BadClock sets one worker's clock off AWS's by more than its
+	// ClockSkewMax (5s to 2m, either way): it must notice from SQS's
+	// answers and claim nothing, while the others do the work.
+	BadClock
 
 	// AllFaults is every kind.
 	AllFaults = Crash | Stall | Drain | Skew | Duplicate | StaleDelete | StoreError | StoreOutage |
-		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry
+		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry | BadClock
 )
 
 var faultNames = map[Fault]string{
 	Crash: "crash", Stall: "stall", Drain: "drain", Skew: "skew", Duplicate: "duplicate",
 	StaleDelete: "stale_delete", StoreError: "store_error", StoreOutage: "store_outage",
 	ProviderTimeout: "provider_timeout", ProviderOutage: "provider_outage", LongOutage: "long_outage",
-	Poison: "poison", ProducerRetry: "producer_retry",
+	Poison: "poison", ProducerRetry: "producer_retry", BadClock: "bad_clock",
 }
 
 // String names the kinds in f.
@@ -287,7 +292,7 @@ func Simulate(cfg Config) *Result {
 	f := fate(cfg.Seed)
 	w := &world{cfg: cfg, f: f, j: newJournal(leaseMargin), start: time.Now(),
 		poison: map[string]bool{}, valid: map[string]bool{}}
-	for k := Fault(1); k <= ProducerRetry; k <<= 1 {
+	for k := Fault(1); k <= BadClock; k <<= 1 {
 		if cfg.Faults&k != 0 && f.chance(0.6, "kind", itoa(int(k))) {
 			w.kinds |= k
 		}
@@ -607,6 +612,15 @@ func (w *world) slot(ctx context.Context, i int) {
 	if w.on(Skew) {
 		skew = f.dur(0, 2*skewMax, "skew", s) - skewMax
 	}
+	var offBy time.Duration
+	if i == 0 && w.on(BadClock) {
+		offBy = f.dur(5*time.Second, 2*time.Minute, "bad-clock", s)
+		if f.chance(0.5, "bad-clock-behind", s) {
+			offBy = -offBy
+		}
+		skew = offBy
+		w.j.inject("bad_clock")
+	}
 	if w.burst && !sleep(ctx, burstStart) {
 		return // the burst is queued before any worker starts
 	}
@@ -618,7 +632,7 @@ func (w *world) slot(ctx context.Context, i int) {
 	}
 	for inc := 0; ctx.Err() == nil; inc++ {
 		inc := inc
-		n := &node{slot: i, inc: inc, name: fmt.Sprintf("w%d.%d", i, inc), clock: clock}
+		n := &node{slot: i, inc: inc, name: fmt.Sprintf("w%d.%d", i, inc), clock: clock, offBy: offBy}
 		// What ends this incarnation, if anything does before the world stops.
 		var crashAt, drainAt, stallAt time.Duration
 		is := itoa(inc)
@@ -724,6 +738,11 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 		// A receive takes a whole group.
 		cfg.OutageCover, cfg.HoldFor, cfg.Concurrency = burstCover, time.Nanosecond, 10
 	}
+	if n.offBy != 0 {
+		reg := prometheus.NewRegistry()
+		cfg.Metrics = worker.NewMetrics(reg)
+		defer func() { w.noticed(n, reg) }()
+	}
 	if w.cfg.Tune != nil {
 		w.cfg.Tune(n.slot, &cfg)
 	}
@@ -767,6 +786,28 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 			w.mark(time.Now().Add(d))
 			n.stall(time.Now().Add(d))
 			stall = nil
+		}
+	}
+}
+
+// noticed checks, as an incarnation whose clock is off beyond its
+// ClockSkewMax ends, that the worker noticed: its claimfirst_clock_skewed
+// gauge is 1 (it then receives nothing; a claim it made is a violation of
+// its own, see recorder.Acquire). A crash before its first answer leaves
+// nothing to notice.
+func (w *world) noticed(n *node, reg *prometheus.Registry) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		w.j.violate("world", "%s: metrics: %v", n.name, err)
+		return
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "claimfirst_clock_skewed" && len(mf.GetMetric()) == 1 {
+			if mf.GetMetric()[0].GetGauge().GetValue() == 1 {
+				w.j.inject("bad_clock_noticed")
+			} else if !n.isCrashed() {
+				w.j.violate("world", "%s: clock %s off AWS's, and claimfirst_clock_skewed is not 1", n.name, n.offBy)
+			}
 		}
 	}
 }
