@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -120,6 +121,13 @@ type Config struct {
 	// It does its side effects through Effect, so that a crashed worker's
 	// effects stop at its crash. Defaults to the payment workload.
 	Handler worker.Handler
+	// Once is a user's own function for package once, run instead of the
+	// payment workload (and instead of Handler): each delivery's handler
+	// calls once.Do with the message's key and Once on a claim table of
+	// its own, behind the same faults, clocks, crashes and stalls as the
+	// worker's; the message is acked when once.Do returns. Its effects go
+	// through Effect, as Handler's do. Defaults to nil.
+	Once once.Func
 	// Decoder is the user's decoder (with Handler). Defaults to the payment
 	// workload's, or to worker.KeyFromMessageID with a user's Handler.
 	Decoder worker.Decoder
@@ -155,6 +163,9 @@ type Config struct {
 	// Defaults to a go test command naming the test.
 	Rerun string
 }
+
+// user reports whether the run is a user's workload (Handler or Once).
+func (c Config) user() bool { return c.Handler != nil || c.Once != nil }
 
 // The world's fixed parameters.
 const (
@@ -264,6 +275,7 @@ type world struct {
 	store    *Store
 	provider *Provider
 
+	onceStore         *Store // the claim table of a user's Once function
 	storeOut, provOut []window
 	start             time.Time
 	lastFault         time.Time
@@ -304,11 +316,11 @@ func Simulate(cfg Config) *Result {
 	default:
 		w.fifo = f.chance(1.0/3, "fifo")
 	}
-	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && cfg.Handler == nil && f.chance(1.0/3, "key-by-id"))
+	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && !cfg.user() && f.chance(1.0/3, "key-by-id"))
 	if w.fifo {
 		w.kinds &^= Duplicate | StaleDelete // FIFO queues deliver exactly once
 	}
-	if w.fifo && cfg.Handler == nil && !w.byID && f.chance(0.35, "fifo-burst") {
+	if w.fifo && !cfg.user() && !w.byID && f.chance(0.35, "fifo-burst") {
 		// The burst's own fault (each payment refused once) is the only one:
 		// its drain bound is tight, and only a schedule fault can miss it.
 		w.burst, w.kinds = true, 0
@@ -407,7 +419,7 @@ func (w *world) run() *Result {
 		panic(err)
 	}
 	// Store and provider.
-	w.store = NewStore()
+	w.store, w.onceStore = NewStore(), NewStore()
 	if w.on(StoreOutage) {
 		w.storeOut = w.windows("store-outage", 2, 5*time.Minute, 0)
 	}
@@ -561,7 +573,7 @@ func (w *world) decoder() worker.Decoder {
 	if w.cfg.Decoder != nil {
 		return w.cfg.Decoder
 	}
-	if w.cfg.Handler != nil {
+	if w.cfg.user() {
 		return worker.DecoderFunc(func(m *worker.Message) error { m.Key, m.Payload = m.OriginalID(), m.Body; return nil })
 	}
 	return worker.DecoderFunc(func(m *worker.Message) error {
@@ -668,44 +680,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // incarnation runs one worker process until the world stops (false) or
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
-	fs := &FaultyStore{Inner: w.store.View(n.clock), Injected: w.j.inject,
-		Outage: func(t time.Time) bool { return inWindow(w.storeOut, t) != 0 }}
-	if w.on(StoreError) {
-		fs.Decide = func(op, key string, attempt int) StoreFault {
-			if time.Now().After(w.start.Add(faultWindow)) {
-				return NoFault
-			}
-			r := w.f.roll("store", n.name, op, key, itoa(attempt))
-			switch {
-			case r < 0.05:
-				return FailBefore
-			case r < 0.1:
-				return LoseAnswer
-			case r < 0.12:
-				return Throttle
-			case r < 0.17:
-				return Slow
-			}
-			return NoFault
-		}
-	}
-	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: func(op, key string) time.Duration {
-		// A pause can land between a handler's return and its completion,
-		// the instant the completion's fencing exists for.
-		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
-			return 0
-		}
-		w.j.inject("stall")
-		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
-		w.mark(time.Now().Add(d))
-		return d
-	}}
+	fs := w.newFaultyStore(n, w.store)
+	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
 	if w.cfg.WrapStore != nil {
 		store = w.cfg.WrapStore(store)
 	}
 	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
 	h := w.cfg.Handler
-	if h == nil {
+	switch {
+	case w.cfg.Once != nil:
+		h = w.onceHandler(n, w.newFaultyStore(n, w.onceStore))
+	case h == nil:
 		h = w.handler()
 	}
 	dec := w.decoder()
@@ -812,13 +797,70 @@ func (w *world) noticed(n *node, reg *prometheus.Registry) {
 	}
 }
 
+// newFaultyStore is node n's client of table t: on n's clock, behind the
+// seed's store faults and outages.
+func (w *world) newFaultyStore(n *node, t *Store) *FaultyStore {
+	fs := &FaultyStore{Inner: t.View(n.clock), Injected: w.j.inject,
+		Outage: func(t time.Time) bool { return inWindow(w.storeOut, t) != 0 }}
+	roll := "store"
+	if t != w.store {
+		roll = "once-store"
+	}
+	if w.on(StoreError) {
+		fs.Decide = func(op, key string, attempt int) StoreFault {
+			if time.Now().After(w.start.Add(faultWindow)) {
+				return NoFault
+			}
+			r := w.f.roll(roll, n.name, op, key, itoa(attempt))
+			switch {
+			case r < 0.05:
+				return FailBefore
+			case r < 0.1:
+				return LoseAnswer
+			case r < 0.12:
+				return Throttle
+			case r < 0.17:
+				return Slow
+			}
+			return NoFault
+		}
+	}
+	return fs
+}
+
+// completionStall returns node n's pauses as it starts a store operation:
+// one may land between a handler's return and its completion, the instant
+// the completion's fencing exists for.
+func (w *world) completionStall(n *node) func(op, key string) time.Duration {
+	return func(op, key string) time.Duration {
+		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
+			return 0
+		}
+		w.j.inject("stall")
+		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
+		w.mark(time.Now().Add(d))
+		return d
+	}
+}
+
+// onceHandler is the handler of a user's Once function on node n: once.Do
+// under the message's key on the node's client fs of the function's own
+// claim table. The worker's claim on the key (in the worker's table) is
+// held meanwhile; once's claim is the one the function's effect relies on.
+func (w *world) onceHandler(n *node, fs *FaultyStore) worker.Handler {
+	store := gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
+	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
+		return once.Do(ctx, store, m.Key, once.Options{Owner: n.name, Now: n.clock}, w.cfg.Once)
+	})
+}
+
 // name is the key a message's history is kept under: its payment id, or
 // its idempotency key for a user's workload.
 func (w *world) name(m *worker.Message) string {
 	if p, ok := m.Payload.(payment); ok {
 		return p.ID
 	}
-	if w.cfg.Handler == nil {
+	if !w.cfg.user() {
 		var p payment
 		if json.Unmarshal([]byte(m.Body), &p) == nil && p.ID != "" {
 			return p.ID
@@ -934,7 +976,7 @@ func (w *world) check() *Result {
 		w.j.violate("world", "fencing: %s", s)
 	}
 	ledger := w.store.Ledger()
-	if w.cfg.Handler == nil {
+	if !w.cfg.user() {
 		w.checkPayments(ledger)
 	}
 	// Poison ends dead-lettered, with its reason.
