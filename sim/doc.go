@@ -11,7 +11,11 @@
 // lost after it, throttling, latency, outages; transactional completion of
 // ledger Writes), and a payment Provider that honours idempotency keys and
 // counts the money moved per payment (the oracle). Several real
-// worker.Worker instances consume the queue; the seed crashes them at any
+// worker.Worker instances consume the queue, or real worker.Lambda
+// functions (Deploy) that a simulated event source mapping invokes with
+// batches of up to ten records and a deadline, deleting what they did not
+// report as failed, and killing an invocation at its deadline with its
+// execution environment; the seed crashes them at any
 // instant (their clients then refuse every call), stalls them past their
 // lease, drains and restarts them, skews their clocks (within the lease
 // margin, or one worker's beyond its ClockSkewMax: SQS's answers carry a
@@ -58,7 +62,11 @@
 // queues, the native move task, in-flight limits, MD5 digests, the 12-hour
 // visibility cap counted per receive (it is counted from the first
 // receive). A stalled worker's timers keep running (only its calls wait),
-// unlike a SIGSTOP. Lambda-mode invocations are not simulated. The real
+// unlike a SIGSTOP. A Lambda function's clock is never off beyond its
+// ClockSkewMax (Lambda's clocks are AWS's own): such a function would report
+// every record back with a short visibility, each a receive spent, and a
+// valid message could reach maxReceiveCount. The event source mapping's
+// scaling, batching windows and its own retries are not modelled. The real
 // SDK, the HTTP wire and DynamoDB's own behaviour are not here: the
 // emulator tests cover them, and where the simulator and the emulator
 // disagree on an SQS behaviour, the emulator decides.

@@ -80,3 +80,17 @@ func TestSeeds(t *testing.T) {
 	}
 	t.Log(b.String())
 }
+
+// TestLambdas runs seeds with every worker a Lambda function, invoked by the
+// simulated event source mapping with deadlines, killed at them.
+func TestLambdas(t *testing.T) {
+	killed, n := 0, 200
+	for s := range uint64(n) {
+		r := sim.Run(t, sim.Config{Seed: s, Deploy: sim.Lambdas, Rerun: fmt.Sprintf("(sim.Config{Seed: %d, Deploy: sim.Lambdas})", s)})
+		killed += r.Injected["lambda_killed"]
+	}
+	if killed == 0 {
+		t.Errorf("no invocation reached its deadline in %d seeds: the deadline is not exercised", n)
+	}
+	t.Logf("%d seeds, %d invocations killed at their deadline", n, killed)
+}

@@ -147,6 +147,10 @@ type Config struct {
 	// KeyBySeed lets the seed choose KeyByMessageID (one run in three).
 	KeyBySeed bool
 
+	// Deploy chooses containers, Lambda functions or both. Defaults to
+	// AnyDeploy.
+	Deploy Deploy
+
 	// Clock returns the clock of worker slot i given the skew the seed chose
 	// for it. Defaults to the true clock plus that skew. Tests use it to
 	// set a worker's clock ahead.
@@ -155,8 +159,8 @@ type Config struct {
 	// a store that checks then writes, drops a condition, ...). The result
 	// must implement claimstore.TxCompleter too. Defaults to nil.
 	WrapStore func(s claimstore.Store) claimstore.Store
-	// Tune changes a worker's configuration before it starts (a decoder
-	// wrapper, a smaller HoldFor). Defaults to nil.
+	// Tune changes a container worker's configuration before it starts (a
+	// decoder wrapper, a smaller HoldFor). Defaults to nil.
 	Tune func(slot int, c *worker.Config)
 
 	// Rerun is the command that reruns this seed, printed with a failure.
@@ -414,8 +418,15 @@ func (w *world) run() *Result {
 	if w.dlq, err = w.sqs.CreateQueue(QueueConfig{Name: "work-dlq" + suffix, Retention: 14 * 24 * time.Hour}); err != nil {
 		panic(err)
 	}
+	// A FIFO queue as `worker setup -fifo` makes it: room for the receives
+	// a group's later messages spend behind a failed one (a Lambda function
+	// reports them back). The burst keeps 10: its schedule is under test.
+	receives := maxReceiveCount
+	if w.fifo && !w.burst {
+		receives = worker.FIFOMaxReceiveCount
+	}
 	if w.src, err = w.sqs.CreateQueue(QueueConfig{Name: "work" + suffix, VisibilityTimeout: visibility,
-		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: maxReceiveCount}); err != nil {
+		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: receives}); err != nil {
 		panic(err)
 	}
 	// Store and provider.
@@ -624,8 +635,10 @@ func (w *world) slot(ctx context.Context, i int) {
 	if w.on(Skew) {
 		skew = f.dur(0, 2*skewMax, "skew", s) - skewMax
 	}
+	lambda := w.lambdaSlot(i)
 	var offBy time.Duration
-	if i == 0 && w.on(BadClock) {
+	// Lambda's clocks are AWS's own: a bad clock is a container's.
+	if i == 0 && w.on(BadClock) && !lambda {
 		offBy = f.dur(5*time.Second, 2*time.Minute, "bad-clock", s)
 		if f.chance(0.5, "bad-clock-behind", s) {
 			offBy = -offBy
@@ -656,7 +669,12 @@ func (w *world) slot(ctx context.Context, i int) {
 		if inc == 0 && w.on(Stall) && f.chance(0.7, "stall", s) {
 			stallAt = f.dur(10*time.Second, faultWindow-5*time.Minute, "stall-at", s)
 		}
-		if !w.incarnation(ctx, n, crashAt, drainAt, stallAt) {
+		if lambda {
+			n.name = fmt.Sprintf("f%d.%d", i, inc)
+			if !w.lambdaIncarnation(ctx, n, crashAt) {
+				return
+			}
+		} else if !w.incarnation(ctx, n, crashAt, drainAt, stallAt) {
 			return
 		}
 		// Restarted after a while.
@@ -680,36 +698,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // incarnation runs one worker process until the world stops (false) or
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
-	fs := w.newFaultyStore(n, w.store)
-	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
-	if w.cfg.WrapStore != nil {
-		store = w.cfg.WrapStore(store)
-	}
-	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
-	h := w.cfg.Handler
-	switch {
-	case w.cfg.Once != nil:
-		h = w.onceHandler(n, w.newFaultyStore(n, w.onceStore))
-	case h == nil:
-		h = w.handler()
-	}
-	dec := w.decoder()
+	store, handler, decoder := w.clients(n)
 	cfg := worker.Config{
-		QueueURL: w.src,
-		SQS:      gatedSQS{n: n, api: w.sqs},
-		Store:    store,
-		Handler: worker.HandlerFunc(func(hctx context.Context, m *worker.Message) (string, error) {
-			hctx = context.WithValue(hctx, nodeKey{}, n)
-			r, err := h.Handle(hctx, m)
-			w.j.event(w.name(m), n.name, "handler token %d: %s", m.Token, errText(err))
-			return r, err
-		}),
-		Decoder: worker.DecoderFunc(func(m *worker.Message) error {
-			err := dec.Decode(m)
-			w.j.alias(m.Key, w.name(m))
-			w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
-			return err
-		}),
+		QueueURL:        w.src,
+		SQS:             gatedSQS{n: n, api: w.sqs},
+		Store:           store,
+		Handler:         handler,
+		Decoder:         decoder,
 		Concurrency:     4,
 		ShutdownTimeout: 10 * time.Second,
 		OutageCover:     outageCover,
@@ -795,6 +790,39 @@ func (w *world) noticed(n *node, reg *prometheus.Registry) {
 			}
 		}
 	}
+}
+
+// clients are node n's claim store client (its gate, the seed's faults, a
+// mutant's wrapper, the recorder), and the workload's handler and decoder,
+// journaling what they do, for a worker or a Lambda function on n.
+func (w *world) clients(n *node) (claimstore.Store, worker.Handler, worker.Decoder) {
+	fs := w.newFaultyStore(n, w.store)
+	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
+	if w.cfg.WrapStore != nil {
+		store = w.cfg.WrapStore(store)
+	}
+	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
+	h := w.cfg.Handler
+	switch {
+	case w.cfg.Once != nil:
+		h = w.onceHandler(n, w.newFaultyStore(n, w.onceStore))
+	case h == nil:
+		h = w.handler()
+	}
+	dec := w.decoder()
+	handler := worker.HandlerFunc(func(hctx context.Context, m *worker.Message) (string, error) {
+		hctx = context.WithValue(hctx, nodeKey{}, n)
+		r, err := h.Handle(hctx, m)
+		w.j.event(w.name(m), n.name, "handler token %d: %s", m.Token, errText(err))
+		return r, err
+	})
+	decoder := worker.DecoderFunc(func(m *worker.Message) error {
+		err := dec.Decode(m)
+		w.j.alias(m.Key, w.name(m))
+		w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
+		return err
+	})
+	return store, handler, decoder
 }
 
 // newFaultyStore is node n's client of table t: on n's clock, behind the
