@@ -11,10 +11,17 @@
 // lost after it, throttling, latency, outages; transactional completion of
 // ledger Writes), and a payment Provider that honours idempotency keys and
 // counts the money moved per payment (the oracle). Several real
-// worker.Worker instances consume the queue; the seed crashes them at any
+// worker.Worker instances consume the queue, or real worker.Lambda
+// functions (Deploy) that a simulated event source mapping invokes with
+// batches of up to ten records and a deadline, deleting what they did not
+// report as failed, and killing an invocation at its deadline with its
+// execution environment; the seed crashes them at any
 // instant (their clients then refuse every call), stalls them past their
-// lease, drains and restarts them, skews their clocks, and an operator
-// redrives the dead-letter queue after a long outage.
+// lease, drains and restarts them, skews their clocks (within the lease
+// margin, or one worker's beyond its ClockSkewMax: SQS's answers carry a
+// Date on the simulated clock, which the worker's own check reads through
+// the SDK's middleware, and that worker must claim nothing), and an
+// operator redrives the dead-letter queue after a long outage.
 //
 // Every fault decision is a function of the seed and the event's identity
 // (message, attempt, operation), not of a shared random stream, so a seed
@@ -30,11 +37,17 @@
 // no valid message dead-lettered when every outage ended within the outage
 // cover (checked where only dependency failures spent receives); FIFO
 // groups' effects in order; the queue drains within two virtual hours of
-// the last fault. While it runs: no delivery acquires a key while another
-// holder's lease, as that holder knows it, is live (beyond the lease
-// margin); no write is applied with a token that is not the row's; a write
-// the store acknowledged is in the row. synctest.Test itself fails a run
-// whose goroutines outlive it.
+// the last fault, and within a minute of a FIFO burst (some FIFO seeds
+// queue groups of payments before the workers start, each payment's first
+// charge refused, every retry returned through the queue: a message's
+// backoff must follow its own failures, not the receives its group spent in
+// front of it); a worker whose clock is off beyond its ClockSkewMax
+// reports it (claimfirst_clock_skewed). While it runs: no delivery
+// acquires a key while another holder's lease, as that holder knows it, is
+// live (beyond the lease margin); a worker whose clock is off beyond its
+// ClockSkewMax acquires nothing; no write is applied with a token that is
+// not the row's; a write the store acknowledged is in the row.
+// synctest.Test itself fails a run whose goroutines outlive it.
 //
 // # Your handler
 //
@@ -49,7 +62,11 @@
 // queues, the native move task, in-flight limits, MD5 digests, the 12-hour
 // visibility cap counted per receive (it is counted from the first
 // receive). A stalled worker's timers keep running (only its calls wait),
-// unlike a SIGSTOP. Lambda-mode invocations are not simulated. The real
+// unlike a SIGSTOP. A Lambda function's clock is never off beyond its
+// ClockSkewMax (Lambda's clocks are AWS's own): such a function would report
+// every record back with a short visibility, each a receive spent, and a
+// valid message could reach maxReceiveCount. The event source mapping's
+// scaling, batching windows and its own retries are not modelled. The real
 // SDK, the HTTP wire and DynamoDB's own behaviour are not here: the
 // emulator tests cover them, and where the simulator and the emulator
 // disagree on an SQS behaviour, the emulator decides.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/sim"
 	"github.com/claimfirst/claimfirst/worker"
@@ -115,6 +117,53 @@ func (s tooLarge) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w
 	return claimstore.CompleteTx(ctx, s.store, p, w)
 }
 
+// receiveCountSchedule hides a claim's own attempts from the worker, which
+// then indexes a failed message's backoff by its ApproximateReceiveCount,
+// as it did before the fix: in a FIFO group, the receives the messages
+// behind a failing one spent while it blocked them are charged to their
+// own first failure, and the group stalls.
+type receiveCountSchedule struct{ store }
+
+func (s receiveCountSchedule) Acquire(ctx context.Context, p claimstore.AcquireParams) (claimstore.Acquisition, error) {
+	a, err := s.store.Acquire(ctx, p)
+	if err == nil && a.Outcome == claimstore.Acquired {
+		a.Claim.Attempts = 1 << 30
+	}
+	return a, err
+}
+
+// noDate calls SQS without the caller's SDK options, so the answers' Date
+// never reaches the worker's clock check.
+type noDate struct{ api worker.SQSAPI }
+
+func (n noDate) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	return n.api.ReceiveMessage(ctx, in)
+}
+
+func (n noDate) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	return n.api.DeleteMessageBatch(ctx, in)
+}
+
+func (n noDate) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return n.api.ChangeMessageVisibility(ctx, in)
+}
+
+func (n noDate) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return n.api.ChangeMessageVisibilityBatch(ctx, in)
+}
+
+func (n noDate) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return n.api.SendMessage(ctx, in)
+}
+
+func (n noDate) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	return n.api.GetQueueAttributes(ctx, in)
+}
+
+func (n noDate) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
+	return n.api.GetQueueUrl(ctx, in)
+}
+
 func wrap(f func(store) claimstore.Store) func(claimstore.Store) claimstore.Store {
 	return func(s claimstore.Store) claimstore.Store { return f(s.(store)) }
 }
@@ -157,13 +206,17 @@ var mutants = []struct {
 				return r, err
 			})
 		}}},
-	{"a worker's clock is ahead", 300, sim.Config{
+	{"FIFO backoff by receive count", 60, sim.Config{Queue: sim.FIFOQueue,
+		WrapStore: wrap(func(s store) claimstore.Store { return receiveCountSchedule{s} })}},
+	{"a worker's clock is ahead, unchecked", 300, sim.Config{
 		Clock: func(slot int, skew time.Duration) func() time.Time {
 			if slot == 1 {
 				skew = 20 * time.Second // far past the 3s lease margin
 			}
 			return func() time.Time { return time.Now().Add(skew) }
-		}}},
+		},
+		// The worker before its clock check: it never sees SQS's Date.
+		Tune: func(_ int, c *worker.Config) { c.SQS = noDate{c.SQS} }}},
 }
 
 // TestMutants checks that the simulator catches each mutant within its

@@ -22,6 +22,9 @@ type node struct {
 	slot, inc int
 	name      string
 	clock     func() time.Time
+	// offBy is how far the clock is off beyond the worker's ClockSkewMax
+	// (0: within it): such a worker must claim nothing.
+	offBy time.Duration
 
 	mu         sync.Mutex
 	paused     bool // stalled at a completion already
@@ -109,11 +112,11 @@ type gatedSQS struct {
 
 var _ worker.SQSAPI = gatedSQS{}
 
-func gated[I, O any](n *node, f func(context.Context, I, ...func(*sqs.Options)) (O, error), ctx context.Context, in I) (O, error) {
+func gated[I, O any](n *node, f func(context.Context, I, ...func(*sqs.Options)) (O, error), ctx context.Context, in I, opts ...func(*sqs.Options)) (O, error) {
 	var out O
 	err := n.call(func() error {
 		var err error
-		out, err = f(ctx, in)
+		out, err = f(ctx, in, opts...)
 		return err
 	})
 	if err != nil {
@@ -123,30 +126,36 @@ func gated[I, O any](n *node, f func(context.Context, I, ...func(*sqs.Options)) 
 	return out, nil
 }
 
-func (g gatedSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	return gated(g.n, g.api.ReceiveMessage, ctx, in)
+func (g gatedSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	return gated(g.n, g.api.ReceiveMessage, ctx, in, opts...)
 }
 
-func (g gatedSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	return gated(g.n, g.api.DeleteMessageBatch, ctx, in)
+func (g gatedSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	return gated(g.n, g.api.DeleteMessageBatch, ctx, in, opts...)
 }
 
-func (g gatedSQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return gated(g.n, g.api.ChangeMessageVisibility, ctx, in)
+func (g gatedSQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return gated(g.n, g.api.ChangeMessageVisibility, ctx, in, opts...)
 }
 
-func (g gatedSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	return gated(g.n, g.api.ChangeMessageVisibilityBatch, ctx, in)
+func (g gatedSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return gated(g.n, g.api.ChangeMessageVisibilityBatch, ctx, in, opts...)
 }
 
-func (g gatedSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	return gated(g.n, g.api.SendMessage, ctx, in)
+func (g gatedSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return gated(g.n, g.api.SendMessage, ctx, in, opts...)
 }
 
-func (g gatedSQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	return gated(g.n, g.api.GetQueueAttributes, ctx, in)
+func (g gatedSQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	return gated(g.n, g.api.GetQueueAttributes, ctx, in, opts...)
 }
 
-func (g gatedSQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
-	return gated(g.n, g.api.GetQueueUrl, ctx, in)
+func (g gatedSQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
+	return gated(g.n, g.api.GetQueueUrl, ctx, in, opts...)
+}
+
+func (n *node) isCrashed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.crashed
 }

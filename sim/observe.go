@@ -171,6 +171,9 @@ func (r *recorder) Acquire(ctx context.Context, p claimstore.AcquireParams) (cla
 	r.j.event(p.Key, r.n.name, "acquire: %s token %d", a.Outcome, a.Claim.Token)
 	if a.Outcome == claimstore.Acquired {
 		r.j.acquired(p.Key, r.n, a.Claim)
+		if r.n.offBy != 0 {
+			r.j.violate(p.Key, "%s acquired token %d with its clock %s off AWS's, beyond ClockSkewMax", r.n.name, a.Claim.Token, r.n.offBy)
+		}
 	}
 	return a, nil
 }

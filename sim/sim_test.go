@@ -35,9 +35,9 @@ func TestSeeds(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	var tot struct {
-		seeds, msgs, violations int
-		virtual                 time.Duration
-		injected                map[string]int
+		seeds, msgs, violations, bursts int
+		virtual, burstDrain             time.Duration
+		injected                        map[string]int
 	}
 	tot.injected = map[string]int{}
 	t.Run("seeds", func(t *testing.T) {
@@ -51,6 +51,10 @@ func TestSeeds(t *testing.T) {
 				tot.msgs += r.Messages
 				tot.virtual += r.Virtual
 				tot.violations += len(r.Violations)
+				if r.Burst {
+					tot.bursts++
+					tot.burstDrain = max(tot.burstDrain, r.Drain)
+				}
 				for k, v := range r.Injected {
 					tot.injected[k] += v
 				}
@@ -64,6 +68,7 @@ func TestSeeds(t *testing.T) {
 	fmt.Fprintf(&b, "\n%-22s %v\n", "seeds", tot.seeds)
 	fmt.Fprintf(&b, "%-22s %.1f\n", "virtual hours", tot.virtual.Hours())
 	fmt.Fprintf(&b, "%-22s %d\n", "messages", tot.msgs)
+	fmt.Fprintf(&b, "%-22s %d (longest drain %s)\n", "fifo bursts", tot.bursts, tot.burstDrain)
 	for _, k := range slices.Sorted(maps.Keys(tot.injected)) {
 		fmt.Fprintf(&b, "%-22s %d\n", "fault "+k, tot.injected[k])
 	}
@@ -74,4 +79,18 @@ func TestSeeds(t *testing.T) {
 		return
 	}
 	t.Log(b.String())
+}
+
+// TestLambdas runs seeds with every worker a Lambda function, invoked by the
+// simulated event source mapping with deadlines, killed at them.
+func TestLambdas(t *testing.T) {
+	killed, n := 0, 200
+	for s := range uint64(n) {
+		r := sim.Run(t, sim.Config{Seed: s, Deploy: sim.Lambdas, Rerun: fmt.Sprintf("(sim.Config{Seed: %d, Deploy: sim.Lambdas})", s)})
+		killed += r.Injected["lambda_killed"]
+	}
+	if killed == 0 {
+		t.Errorf("no invocation reached its deadline in %d seeds: the deadline is not exercised", n)
+	}
+	t.Logf("%d seeds, %d invocations killed at their deadline", n, killed)
 }

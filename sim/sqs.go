@@ -257,11 +257,11 @@ func (m *message) view(q *queue, receipt string, want []string) types.Message {
 		Attributes: attrs, MessageAttributes: ma}
 }
 
-// ReceiveMessage implements worker.SQSAPI: it waits up to WaitTimeSeconds
+// receiveMessage answers ReceiveMessage (for worker.SQSAPI): it waits up to WaitTimeSeconds
 // (long polling) for a visible message. A message whose receive count has
 // reached the redrive policy's maxReceiveCount is moved to the dead-letter
 // queue instead of being received again.
-func (s *SQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+func (s *SQS) receiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput) (*sqs.ReceiveMessageOutput, error) {
 	n := int(in.MaxNumberOfMessages)
 	if n == 0 {
 		n = 1
@@ -378,10 +378,10 @@ func (q *queue) find(receipt string) (int, *message, bool) {
 
 func validReceipt(r string) bool { return strings.Count(r, "#") == 2 }
 
-// DeleteMessageBatch implements worker.SQSAPI. A stale receipt handle (the
+// deleteMessageBatch answers DeleteMessageBatch (for worker.SQSAPI). A stale receipt handle (the
 // message was received again since) deletes the message if StaleDeletes says
 // so, and succeeds either way, as SQS may.
-func (s *SQS) DeleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+func (s *SQS) deleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchInput) (*sqs.DeleteMessageBatchOutput, error) {
 	if len(in.Entries) == 0 || len(in.Entries) > 10 {
 		return nil, fmt.Errorf("%w: %d entries: must be 1 to 10", ErrSQS, len(in.Entries))
 	}
@@ -438,8 +438,8 @@ func (s *SQS) changeVisibility(q *queue, receipt string, seconds int32) error {
 // message's first receive, which is earlier or equal: stricter than SQS.
 func (m *message) firstRecvOfReceipt(string) time.Time { return m.firstRecv }
 
-// ChangeMessageVisibility implements worker.SQSAPI.
-func (s *SQS) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+// changeMessageVisibility answers ChangeMessageVisibility (for worker.SQSAPI).
+func (s *SQS) changeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput) (*sqs.ChangeMessageVisibilityOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, err := s.queue(in.QueueUrl)
@@ -452,8 +452,8 @@ func (s *SQS) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVi
 	return &sqs.ChangeMessageVisibilityOutput{}, nil
 }
 
-// ChangeMessageVisibilityBatch implements worker.SQSAPI.
-func (s *SQS) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+// changeMessageVisibilityBatch answers ChangeMessageVisibilityBatch (for worker.SQSAPI).
+func (s *SQS) changeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
 	if len(in.Entries) == 0 || len(in.Entries) > 10 {
 		return nil, fmt.Errorf("%w: %d entries: must be 1 to 10", ErrSQS, len(in.Entries))
 	}
@@ -515,8 +515,8 @@ func (s *SQS) send(q *queue, body string, attrs map[string]types.MessageAttribut
 	return id, nil
 }
 
-// SendMessage implements worker.SQSAPI.
-func (s *SQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+// sendMessage answers SendMessage (for worker.SQSAPI).
+func (s *SQS) sendMessage(_ context.Context, in *sqs.SendMessageInput) (*sqs.SendMessageOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, err := s.queue(in.QueueUrl)
@@ -530,8 +530,8 @@ func (s *SQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func
 	return &sqs.SendMessageOutput{MessageId: aws.String(id)}, nil
 }
 
-// SendMessageBatch implements redrive.API.
-func (s *SQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+// sendMessageBatch answers SendMessageBatch (for redrive.API).
+func (s *SQS) sendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
 	if len(in.Entries) == 0 || len(in.Entries) > 10 {
 		return nil, fmt.Errorf("%w: %d entries: must be 1 to 10", ErrSQS, len(in.Entries))
 	}
@@ -554,8 +554,8 @@ func (s *SQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput,
 	return out, nil
 }
 
-// GetQueueAttributes implements worker.SQSAPI.
-func (s *SQS) GetQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+// getQueueAttributes answers GetQueueAttributes (for worker.SQSAPI).
+func (s *SQS) getQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesInput) (*sqs.GetQueueAttributesOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, err := s.queue(in.QueueUrl)
@@ -577,8 +577,8 @@ func (s *SQS) GetQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesIn
 	return &sqs.GetQueueAttributesOutput{Attributes: attrs}, nil
 }
 
-// GetQueueUrl implements worker.SQSAPI.
-func (s *SQS) GetQueueUrl(_ context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
+// getQueueUrl answers GetQueueUrl (for worker.SQSAPI).
+func (s *SQS) getQueueUrl(_ context.Context, in *sqs.GetQueueUrlInput) (*sqs.GetQueueUrlOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, err := s.queue(aws.String("https://sqs.sim.local/000000000000/" + aws.ToString(in.QueueName)))
@@ -597,4 +597,54 @@ func (s *SQS) StartMessageMoveTask(context.Context, *sqs.StartMessageMoveTaskInp
 // ListMessageMoveTasks implements redrive.API; see StartMessageMoveTask.
 func (s *SQS) ListMessageMoveTasks(context.Context, *sqs.ListMessageMoveTasksInput, ...func(*sqs.Options)) (*sqs.ListMessageMoveTasksOutput, error) {
 	return nil, fmt.Errorf("%w: UnsupportedOperation: the simulator has no native move task", ErrSQS)
+}
+
+// ReceiveMessage implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	return answer(ctx, opts, func() (*sqs.ReceiveMessageOutput, error) { return s.receiveMessage(ctx, in) })
+}
+
+// DeleteMessageBatch implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	return answer(ctx, opts, func() (*sqs.DeleteMessageBatchOutput, error) { return s.deleteMessageBatch(ctx, in) })
+}
+
+// ChangeMessageVisibility implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return answer(ctx, opts, func() (*sqs.ChangeMessageVisibilityOutput, error) { return s.changeMessageVisibility(ctx, in) })
+}
+
+// ChangeMessageVisibilityBatch implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return answer(ctx, opts, func() (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+		return s.changeMessageVisibilityBatch(ctx, in)
+	})
+}
+
+// SendMessage implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return answer(ctx, opts, func() (*sqs.SendMessageOutput, error) { return s.sendMessage(ctx, in) })
+}
+
+// SendMessageBatch implements redrive.API; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	return answer(ctx, opts, func() (*sqs.SendMessageBatchOutput, error) { return s.sendMessageBatch(ctx, in) })
+}
+
+// GetQueueAttributes implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	return answer(ctx, opts, func() (*sqs.GetQueueAttributesOutput, error) { return s.getQueueAttributes(ctx, in) })
+}
+
+// GetQueueUrl implements worker.SQSAPI; its answer carries the simulated AWS's
+// Date, which an SDK middleware in opts (the worker's clock check) reads.
+func (s *SQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
+	return answer(ctx, opts, func() (*sqs.GetQueueUrlOutput, error) { return s.getQueueUrl(ctx, in) })
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -56,17 +58,21 @@ const (
 	// ProducerRetry sends a message again as a new message (the producer
 	// retried); a FIFO queue deduplicates it within five minutes.
 	ProducerRetry
+	// BadClock sets one worker's clock off AWS's by more than its
+	// ClockSkewMax (5s to 2m, either way): it must notice from SQS's
+	// answers and claim nothing, while the others do the work.
+	BadClock
 
 	// AllFaults is every kind.
 	AllFaults = Crash | Stall | Drain | Skew | Duplicate | StaleDelete | StoreError | StoreOutage |
-		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry
+		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry | BadClock
 )
 
 var faultNames = map[Fault]string{
 	Crash: "crash", Stall: "stall", Drain: "drain", Skew: "skew", Duplicate: "duplicate",
 	StaleDelete: "stale_delete", StoreError: "store_error", StoreOutage: "store_outage",
 	ProviderTimeout: "provider_timeout", ProviderOutage: "provider_outage", LongOutage: "long_outage",
-	Poison: "poison", ProducerRetry: "producer_retry",
+	Poison: "poison", ProducerRetry: "producer_retry", BadClock: "bad_clock",
 }
 
 // String names the kinds in f.
@@ -115,6 +121,13 @@ type Config struct {
 	// It does its side effects through Effect, so that a crashed worker's
 	// effects stop at its crash. Defaults to the payment workload.
 	Handler worker.Handler
+	// Once is a user's own function for package once, run instead of the
+	// payment workload (and instead of Handler): each delivery's handler
+	// calls once.Do with the message's key and Once on a claim table of
+	// its own, behind the same faults, clocks, crashes and stalls as the
+	// worker's; the message is acked when once.Do returns. Its effects go
+	// through Effect, as Handler's do. Defaults to nil.
+	Once once.Func
 	// Decoder is the user's decoder (with Handler). Defaults to the payment
 	// workload's, or to worker.KeyFromMessageID with a user's Handler.
 	Decoder worker.Decoder
@@ -134,6 +147,10 @@ type Config struct {
 	// KeyBySeed lets the seed choose KeyByMessageID (one run in three).
 	KeyBySeed bool
 
+	// Deploy chooses containers, Lambda functions or both. Defaults to
+	// AnyDeploy.
+	Deploy Deploy
+
 	// Clock returns the clock of worker slot i given the skew the seed chose
 	// for it. Defaults to the true clock plus that skew. Tests use it to
 	// set a worker's clock ahead.
@@ -142,14 +159,17 @@ type Config struct {
 	// a store that checks then writes, drops a condition, ...). The result
 	// must implement claimstore.TxCompleter too. Defaults to nil.
 	WrapStore func(s claimstore.Store) claimstore.Store
-	// Tune changes a worker's configuration before it starts (a decoder
-	// wrapper, a smaller HoldFor). Defaults to nil.
+	// Tune changes a container worker's configuration before it starts (a
+	// decoder wrapper, a smaller HoldFor). Defaults to nil.
 	Tune func(slot int, c *worker.Config)
 
 	// Rerun is the command that reruns this seed, printed with a failure.
 	// Defaults to a go test command naming the test.
 	Rerun string
 }
+
+// user reports whether the run is a user's workload (Handler or Once).
+func (c Config) user() bool { return c.Handler != nil || c.Once != nil }
 
 // The world's fixed parameters.
 const (
@@ -160,6 +180,21 @@ const (
 	drainBound      = 2 * time.Hour    // after the last fault (or the redrive)
 	leaseMargin     = 3 * time.Second  // worker's default for a 30s visibility
 	skewMax         = time.Second      // per worker, under the margin
+
+	// A FIFO burst: groups of payments queued before the workers start, so
+	// that a receive returns several messages of a group; each payment's
+	// first charge refused (503); retries returned to the queue rather than
+	// held; the worker's default outage cover (an hour) spread over the
+	// queue's maxReceiveCount of 10, so the backoff grows steeply with the
+	// failure count (1s, 2.6s, 6.9s, 18s, 47s, 2m, 5m, 14m, 37m). Each
+	// failure costs its own message the first, short backoff, so the burst
+	// drains within burstDrainBound of its last send; a schedule that charges
+	// a message for the receives its group spent in front of it (the
+	// messages behind a failing one are returned unstarted, each a receive)
+	// stalls the group for many minutes.
+	burstCover      = time.Hour
+	burstDrainBound = time.Minute
+	burstStart      = 5 * time.Second
 )
 
 // Result is what a run did and found.
@@ -170,6 +205,9 @@ type Result struct {
 	Faults Fault
 	// FIFO says the queue was a FIFO queue.
 	FIFO bool
+	// Burst says the run was a FIFO burst: every payment sent at once in a
+	// few groups, each failing once (see the world's fifoBurst).
+	Burst bool
 	// Virtual is the virtual time the run took.
 	Virtual time.Duration
 	// Messages counts the messages sent to the source queue (producer
@@ -232,6 +270,7 @@ type world struct {
 	f     fate
 	kinds Fault
 	fifo  bool
+	burst bool // a FIFO burst (see burstDrainBound)
 	byID  bool
 	j     *journal
 
@@ -240,6 +279,7 @@ type world struct {
 	store    *Store
 	provider *Provider
 
+	onceStore         *Store // the claim table of a user's Once function
 	storeOut, provOut []window
 	start             time.Time
 	lastFault         time.Time
@@ -268,7 +308,7 @@ func Simulate(cfg Config) *Result {
 	f := fate(cfg.Seed)
 	w := &world{cfg: cfg, f: f, j: newJournal(leaseMargin), start: time.Now(),
 		poison: map[string]bool{}, valid: map[string]bool{}}
-	for k := Fault(1); k <= ProducerRetry; k <<= 1 {
+	for k := Fault(1); k <= BadClock; k <<= 1 {
 		if cfg.Faults&k != 0 && f.chance(0.6, "kind", itoa(int(k))) {
 			w.kinds |= k
 		}
@@ -280,9 +320,14 @@ func Simulate(cfg Config) *Result {
 	default:
 		w.fifo = f.chance(1.0/3, "fifo")
 	}
-	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && cfg.Handler == nil && f.chance(1.0/3, "key-by-id"))
+	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && !cfg.user() && f.chance(1.0/3, "key-by-id"))
 	if w.fifo {
 		w.kinds &^= Duplicate | StaleDelete // FIFO queues deliver exactly once
+	}
+	if w.fifo && !cfg.user() && !w.byID && f.chance(0.35, "fifo-burst") {
+		// The burst's own fault (each payment refused once) is the only one:
+		// its drain bound is tight, and only a schedule fault can miss it.
+		w.burst, w.kinds = true, 0
 	}
 	w.lastFault = w.start
 	return w.run()
@@ -373,12 +418,19 @@ func (w *world) run() *Result {
 	if w.dlq, err = w.sqs.CreateQueue(QueueConfig{Name: "work-dlq" + suffix, Retention: 14 * 24 * time.Hour}); err != nil {
 		panic(err)
 	}
+	// A FIFO queue as `worker setup -fifo` makes it: room for the receives
+	// a group's later messages spend behind a failed one (a Lambda function
+	// reports them back). The burst keeps 10: its schedule is under test.
+	receives := maxReceiveCount
+	if w.fifo && !w.burst {
+		receives = worker.FIFOMaxReceiveCount
+	}
 	if w.src, err = w.sqs.CreateQueue(QueueConfig{Name: "work" + suffix, VisibilityTimeout: visibility,
-		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: maxReceiveCount}); err != nil {
+		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: receives}); err != nil {
 		panic(err)
 	}
 	// Store and provider.
-	w.store = NewStore()
+	w.store, w.onceStore = NewStore(), NewStore()
 	if w.on(StoreOutage) {
 		w.storeOut = w.windows("store-outage", 2, 5*time.Minute, 0)
 	}
@@ -393,6 +445,12 @@ func (w *world) run() *Result {
 	}
 	w.provider.Outage = func(t time.Time) int { return inWindow(w.provOut, t) }
 	w.provider.Decide = func(key string, attempt int) ProviderFault {
+		if w.burst {
+			if attempt == 1 {
+				return ChargeRefused
+			}
+			return ChargeOK
+		}
 		if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(faultWindow)) {
 			return ChargeOK
 		}
@@ -444,11 +502,22 @@ func (w *world) produce(ctx context.Context, wg *sync.WaitGroup) {
 		n = f.intn(6, 16, "messages")
 	}
 	groups := f.intn(1, 4, "groups")
+	spacing, jitter := 12*time.Second, 10*time.Second
+	if w.burst {
+		// Groups of up to eight: with every message failing once, the last
+		// of a group is returned unstarted once per failure in front of it,
+		// and nine receives must leave it its own retry within the queue's
+		// maxReceiveCount of 10.
+		groups = f.intn(1, 3, "burst-groups")
+		n = groups * f.intn(5, 8, "burst-size")
+		spacing, jitter = time.Millisecond, 0
+		w.mark(w.start.Add(time.Duration(n) * spacing))
+	}
 	for i := range n {
 		body, group, pay := w.body(i, groups)
 		// In index order (a FIFO group's order is its send order), over
-		// the first minutes.
-		at := time.Duration(i)*12*time.Second + f.dur(0, 10*time.Second, "send", itoa(i))
+		// the first minutes (a burst: at once).
+		at := time.Duration(i)*spacing + f.dur(0, jitter, "send", itoa(i))
 		send := func(delay time.Duration, attempt int) {
 			wg.Go(func() {
 				t := time.NewTimer(delay)
@@ -515,7 +584,7 @@ func (w *world) decoder() worker.Decoder {
 	if w.cfg.Decoder != nil {
 		return w.cfg.Decoder
 	}
-	if w.cfg.Handler != nil {
+	if w.cfg.user() {
 		return worker.DecoderFunc(func(m *worker.Message) error { m.Key, m.Payload = m.OriginalID(), m.Body; return nil })
 	}
 	return worker.DecoderFunc(func(m *worker.Message) error {
@@ -538,6 +607,11 @@ func (w *world) decoder() worker.Decoder {
 func (w *world) handler() worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
 		p := m.Payload.(payment)
+		if w.burst {
+			// The request's round trip: the refusal comes back after the
+			// tiny HoldFor has passed, so the retry goes through the queue.
+			time.Sleep(10 * time.Millisecond)
+		}
 		var id string
 		err := Effect(ctx, func() error {
 			var err error
@@ -561,6 +635,20 @@ func (w *world) slot(ctx context.Context, i int) {
 	if w.on(Skew) {
 		skew = f.dur(0, 2*skewMax, "skew", s) - skewMax
 	}
+	lambda := w.lambdaSlot(i)
+	var offBy time.Duration
+	// Lambda's clocks are AWS's own: a bad clock is a container's.
+	if i == 0 && w.on(BadClock) && !lambda {
+		offBy = f.dur(5*time.Second, 2*time.Minute, "bad-clock", s)
+		if f.chance(0.5, "bad-clock-behind", s) {
+			offBy = -offBy
+		}
+		skew = offBy
+		w.j.inject("bad_clock")
+	}
+	if w.burst && !sleep(ctx, burstStart) {
+		return // the burst is queued before any worker starts
+	}
 	var clock func() time.Time
 	if w.cfg.Clock != nil {
 		clock = w.cfg.Clock(i, skew)
@@ -569,7 +657,7 @@ func (w *world) slot(ctx context.Context, i int) {
 	}
 	for inc := 0; ctx.Err() == nil; inc++ {
 		inc := inc
-		n := &node{slot: i, inc: inc, name: fmt.Sprintf("w%d.%d", i, inc), clock: clock}
+		n := &node{slot: i, inc: inc, name: fmt.Sprintf("w%d.%d", i, inc), clock: clock, offBy: offBy}
 		// What ends this incarnation, if anything does before the world stops.
 		var crashAt, drainAt, stallAt time.Duration
 		is := itoa(inc)
@@ -581,7 +669,12 @@ func (w *world) slot(ctx context.Context, i int) {
 		if inc == 0 && w.on(Stall) && f.chance(0.7, "stall", s) {
 			stallAt = f.dur(10*time.Second, faultWindow-5*time.Minute, "stall-at", s)
 		}
-		if !w.incarnation(ctx, n, crashAt, drainAt, stallAt) {
+		if lambda {
+			n.name = fmt.Sprintf("f%d.%d", i, inc)
+			if !w.lambdaIncarnation(ctx, n, crashAt) {
+				return
+			}
+		} else if !w.incarnation(ctx, n, crashAt, drainAt, stallAt) {
 			return
 		}
 		// Restarted after a while.
@@ -605,63 +698,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // incarnation runs one worker process until the world stops (false) or
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
-	fs := &FaultyStore{Inner: w.store.View(n.clock), Injected: w.j.inject,
-		Outage: func(t time.Time) bool { return inWindow(w.storeOut, t) != 0 }}
-	if w.on(StoreError) {
-		fs.Decide = func(op, key string, attempt int) StoreFault {
-			if time.Now().After(w.start.Add(faultWindow)) {
-				return NoFault
-			}
-			r := w.f.roll("store", n.name, op, key, itoa(attempt))
-			switch {
-			case r < 0.05:
-				return FailBefore
-			case r < 0.1:
-				return LoseAnswer
-			case r < 0.12:
-				return Throttle
-			case r < 0.17:
-				return Slow
-			}
-			return NoFault
-		}
-	}
-	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: func(op, key string) time.Duration {
-		// A pause can land between a handler's return and its completion,
-		// the instant the completion's fencing exists for.
-		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
-			return 0
-		}
-		w.j.inject("stall")
-		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
-		w.mark(time.Now().Add(d))
-		return d
-	}}
-	if w.cfg.WrapStore != nil {
-		store = w.cfg.WrapStore(store)
-	}
-	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
-	h := w.cfg.Handler
-	if h == nil {
-		h = w.handler()
-	}
-	dec := w.decoder()
+	store, handler, decoder := w.clients(n)
 	cfg := worker.Config{
-		QueueURL: w.src,
-		SQS:      gatedSQS{n: n, api: w.sqs},
-		Store:    store,
-		Handler: worker.HandlerFunc(func(hctx context.Context, m *worker.Message) (string, error) {
-			hctx = context.WithValue(hctx, nodeKey{}, n)
-			r, err := h.Handle(hctx, m)
-			w.j.event(w.name(m), n.name, "handler token %d: %s", m.Token, errText(err))
-			return r, err
-		}),
-		Decoder: worker.DecoderFunc(func(m *worker.Message) error {
-			err := dec.Decode(m)
-			w.j.alias(m.Key, w.name(m))
-			w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
-			return err
-		}),
+		QueueURL:        w.src,
+		SQS:             gatedSQS{n: n, api: w.sqs},
+		Store:           store,
+		Handler:         handler,
+		Decoder:         decoder,
 		Concurrency:     4,
 		ShutdownTimeout: 10 * time.Second,
 		OutageCover:     outageCover,
@@ -669,6 +712,16 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 		Owner:           n.name,
 		Logger:          slog.New(slog.DiscardHandler),
 		Now:             n.clock,
+	}
+	if w.burst {
+		// Every retry goes back through the queue and spends a receive.
+		// A receive takes a whole group.
+		cfg.OutageCover, cfg.HoldFor, cfg.Concurrency = burstCover, time.Nanosecond, 10
+	}
+	if n.offBy != 0 {
+		reg := prometheus.NewRegistry()
+		cfg.Metrics = worker.NewMetrics(reg)
+		defer func() { w.noticed(n, reg) }()
 	}
 	if w.cfg.Tune != nil {
 		w.cfg.Tune(n.slot, &cfg)
@@ -717,13 +770,125 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 	}
 }
 
+// noticed checks, as an incarnation whose clock is off beyond its
+// ClockSkewMax ends, that the worker noticed: its claimfirst_clock_skewed
+// gauge is 1 (it then receives nothing; a claim it made is a violation of
+// its own, see recorder.Acquire). A crash before its first answer leaves
+// nothing to notice.
+func (w *world) noticed(n *node, reg *prometheus.Registry) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		w.j.violate("world", "%s: metrics: %v", n.name, err)
+		return
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "claimfirst_clock_skewed" && len(mf.GetMetric()) == 1 {
+			if mf.GetMetric()[0].GetGauge().GetValue() == 1 {
+				w.j.inject("bad_clock_noticed")
+			} else if !n.isCrashed() {
+				w.j.violate("world", "%s: clock %s off AWS's, and claimfirst_clock_skewed is not 1", n.name, n.offBy)
+			}
+		}
+	}
+}
+
+// clients are node n's claim store client (its gate, the seed's faults, a
+// mutant's wrapper, the recorder), and the workload's handler and decoder,
+// journaling what they do, for a worker or a Lambda function on n.
+func (w *world) clients(n *node) (claimstore.Store, worker.Handler, worker.Decoder) {
+	fs := w.newFaultyStore(n, w.store)
+	var store claimstore.Store = gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
+	if w.cfg.WrapStore != nil {
+		store = w.cfg.WrapStore(store)
+	}
+	store = &recorder{j: w.j, n: n, inner: store, truth: w.store}
+	h := w.cfg.Handler
+	switch {
+	case w.cfg.Once != nil:
+		h = w.onceHandler(n, w.newFaultyStore(n, w.onceStore))
+	case h == nil:
+		h = w.handler()
+	}
+	dec := w.decoder()
+	handler := worker.HandlerFunc(func(hctx context.Context, m *worker.Message) (string, error) {
+		hctx = context.WithValue(hctx, nodeKey{}, n)
+		r, err := h.Handle(hctx, m)
+		w.j.event(w.name(m), n.name, "handler token %d: %s", m.Token, errText(err))
+		return r, err
+	})
+	decoder := worker.DecoderFunc(func(m *worker.Message) error {
+		err := dec.Decode(m)
+		w.j.alias(m.Key, w.name(m))
+		w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
+		return err
+	})
+	return store, handler, decoder
+}
+
+// newFaultyStore is node n's client of table t: on n's clock, behind the
+// seed's store faults and outages.
+func (w *world) newFaultyStore(n *node, t *Store) *FaultyStore {
+	fs := &FaultyStore{Inner: t.View(n.clock), Injected: w.j.inject,
+		Outage: func(t time.Time) bool { return inWindow(w.storeOut, t) != 0 }}
+	roll := "store"
+	if t != w.store {
+		roll = "once-store"
+	}
+	if w.on(StoreError) {
+		fs.Decide = func(op, key string, attempt int) StoreFault {
+			if time.Now().After(w.start.Add(faultWindow)) {
+				return NoFault
+			}
+			r := w.f.roll(roll, n.name, op, key, itoa(attempt))
+			switch {
+			case r < 0.05:
+				return FailBefore
+			case r < 0.1:
+				return LoseAnswer
+			case r < 0.12:
+				return Throttle
+			case r < 0.17:
+				return Slow
+			}
+			return NoFault
+		}
+	}
+	return fs
+}
+
+// completionStall returns node n's pauses as it starts a store operation:
+// one may land between a handler's return and its completion, the instant
+// the completion's fencing exists for.
+func (w *world) completionStall(n *node) func(op, key string) time.Duration {
+	return func(op, key string) time.Duration {
+		if op != "complete" || !w.on(Stall) || !w.f.chance(0.1, "stall-complete", n.name, key) || !n.pauseOnce() {
+			return 0
+		}
+		w.j.inject("stall")
+		d := w.f.dur(35*time.Second, 90*time.Second, "stall-complete-len", n.name, key)
+		w.mark(time.Now().Add(d))
+		return d
+	}
+}
+
+// onceHandler is the handler of a user's Once function on node n: once.Do
+// under the message's key on the node's client fs of the function's own
+// claim table. The worker's claim on the key (in the worker's table) is
+// held meanwhile; once's claim is the one the function's effect relies on.
+func (w *world) onceHandler(n *node, fs *FaultyStore) worker.Handler {
+	store := gatedStore{n: n, inner: fs, stallAt: w.completionStall(n)}
+	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
+		return once.Do(ctx, store, m.Key, once.Options{Owner: n.name, Now: n.clock}, w.cfg.Once)
+	})
+}
+
 // name is the key a message's history is kept under: its payment id, or
 // its idempotency key for a user's workload.
 func (w *world) name(m *worker.Message) string {
 	if p, ok := m.Payload.(payment); ok {
 		return p.ID
 	}
-	if w.cfg.Handler == nil {
+	if !w.cfg.user() {
 		var p payment
 		if json.Unmarshal([]byte(m.Body), &p) == nil && p.ID != "" {
 			return p.ID
@@ -743,7 +908,7 @@ func (w *world) watch() {
 	for {
 		time.Sleep(10 * time.Second)
 		now := time.Now()
-		quiet := now.After(w.lastFaultAt()) && now.After(w.start.Add(12*time.Minute))
+		quiet := now.After(w.lastFaultAt()) && (w.burst || now.After(w.start.Add(12*time.Minute)))
 		src := w.sqs.Stats(w.src)
 		if quiet && !w.redriven && src.Visible+src.InFlight == 0 && w.validInDLQ() > 0 {
 			if redriveAt.IsZero() {
@@ -761,9 +926,13 @@ func (w *world) watch() {
 			w.drain = max(0, now.Sub(last))
 			return
 		}
-		if now.Sub(last) > drainBound {
+		bound := drainBound
+		if w.burst {
+			bound = burstDrainBound
+		}
+		if now.Sub(last) > bound {
 			w.j.violate("world", "the queue did not drain within %s of the last fault: %d visible, %d in flight, %d valid dead-lettered",
-				drainBound, src.Visible, src.InFlight, w.validInDLQ())
+				bound, src.Visible, src.InFlight, w.validInDLQ())
 			return
 		}
 	}
@@ -828,14 +997,14 @@ func (w *world) redrive() {
 
 // check runs the invariants after the run.
 func (w *world) check() *Result {
-	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Virtual: time.Since(w.start),
+	r := &Result{Seed: w.cfg.Seed, Faults: w.kinds, FIFO: w.fifo, Burst: w.burst, Virtual: time.Since(w.start),
 		Messages: w.sqs.Stats(w.src).Sent, Drain: w.drain, Store: w.store, Provider: w.provider, SQS: w.sqs,
 		QueueURL: w.src, DeadLetterURL: w.dlq, j: w.j}
 	for _, s := range w.store.Stale() {
 		w.j.violate("world", "fencing: %s", s)
 	}
 	ledger := w.store.Ledger()
-	if w.cfg.Handler == nil {
+	if !w.cfg.user() {
 		w.checkPayments(ledger)
 	}
 	// Poison ends dead-lettered, with its reason.
