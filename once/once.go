@@ -143,8 +143,9 @@ var (
 	// ErrLeaseLost means the caller lost the claim while the function ran,
 	// or before its result could be stored: a later holder owns the key.
 	// Whether the function's effect happened is for that holder to find out;
-	// the function's context ended with this cause.
-	ErrLeaseLost = errors.New("once: lease lost")
+	// the function's context ended with this cause. It is
+	// claimstore.ErrLeaseLost: one value, whichever package names it.
+	ErrLeaseLost = claimstore.ErrLeaseLost
 	// ErrNotStored means the function succeeded but its result could not be
 	// stored (the store failed): the claim stays in progress until its lease
 	// ends, and a call after that runs the function again.

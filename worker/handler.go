@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/claimfirst/claimfirst/once"
 )
 
 // Message is one delivery of an SQS message as the decoder and the handler
@@ -135,8 +137,16 @@ func (e *PermanentError) text() string {
 	return e.Reason + ": " + detail
 }
 
-// Unwrap returns the underlying error.
-func (e *PermanentError) Unwrap() error { return e.Err }
+// Unwrap returns the underlying error marked as once marks it (a
+// *once.PermanentError around Err, or around the reason when there is no
+// Err): one notion of permanent, so once.IsPermanent holds for it too.
+func (e *PermanentError) Unwrap() error {
+	err := e.Err
+	if err == nil {
+		err = errors.New(e.Reason)
+	}
+	return &once.PermanentError{Err: err}
+}
 
 // Permanent returns an error that dead-letters the message with reason.
 func Permanent(reason string, err error) error {
@@ -148,11 +158,9 @@ func Permanentf(format string, args ...any) error {
 	return &PermanentError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// IsPermanent reports whether err is or wraps a PermanentError.
-func IsPermanent(err error) bool {
-	var pe *PermanentError
-	return errors.As(err, &pe)
-}
+// IsPermanent reports whether err is or wraps a PermanentError, or
+// once's: it is once.IsPermanent, one notion of permanent for both.
+func IsPermanent(err error) bool { return once.IsPermanent(err) }
 
 // reason returns the dead-letter reason of err.
 func reason(err error) string {
