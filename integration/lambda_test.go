@@ -143,7 +143,7 @@ func TestLambdaBatches(t *testing.T) {
 	}
 	fn.checkLog(t)
 	// The invocations' metrics, as CloudWatch would read them from the log.
-	fn.checkEMF(t, 2, map[string]float64{worker.OutcomeCompleted: float64(len(ps)), worker.OutcomeDeadLettered: 2})
+	fn.checkEMF(t, 2, map[string]float64{string(worker.OutcomeCompleted): float64(len(ps)), string(worker.OutcomeDeadLettered): 2})
 }
 
 // TestLambdaPoisonWithoutQueueURL: without QUEUE_URL the function cannot

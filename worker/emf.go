@@ -33,11 +33,11 @@ type emf struct {
 	now      func() time.Time
 
 	mu   sync.Mutex
-	last map[string]int64 // counts at the previous line
+	last map[Outcome]int64 // counts at the previous line
 }
 
 func newEMF(out io.Writer, m *Metrics, function string, now func() time.Time) *emf {
-	return &emf{out: out, metrics: m, function: function, now: now, last: map[string]int64{}}
+	return &emf{out: out, metrics: m, function: function, now: now, last: map[Outcome]int64{}}
 }
 
 type emfMetric struct {
@@ -72,9 +72,9 @@ func (e *emf) flush() error {
 	}
 	for _, o := range outcomes {
 		n := e.metrics.Count(o)
-		line[o] = n - e.last[o]
+		line[string(o)] = n - e.last[o]
 		e.last[o] = n
-		dir.Metrics = append(dir.Metrics, emfMetric{Name: o, Unit: "Count"})
+		dir.Metrics = append(dir.Metrics, emfMetric{Name: string(o), Unit: "Count"})
 	}
 	line["_aws"] = emfMeta{Timestamp: e.now().UnixMilli(), CloudWatchMetrics: []emfDirective{dir}}
 	b, err := json.Marshal(line)

@@ -126,7 +126,7 @@ func TestLambdaEMF(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%d EMF lines, want 2 (one per invocation):\n%s", len(lines), out.String())
 	}
-	want := []map[string]float64{
+	want := []map[Outcome]float64{
 		{OutcomeAcquired: 2, OutcomeCompleted: 1, OutcomeReleased: 1},
 		{OutcomeAcquired: 1, OutcomeDuplicate: 1, OutcomeReleased: 1},
 	}
@@ -134,18 +134,22 @@ func TestLambdaEMF(t *testing.T) {
 		names := make([]string, 0, len(got))
 		for name, v := range got {
 			names = append(names, name)
-			if v != want[i][name] {
-				t.Errorf("invocation %d: %s = %v, want %v", i+1, name, v, want[i][name])
+			if v != want[i][Outcome(name)] {
+				t.Errorf("invocation %d: %s = %v, want %v", i+1, name, v, want[i][Outcome(name)])
 			}
 		}
 		slices.Sort(names)
-		if all := slices.Sorted(slices.Values(outcomes)); !slices.Equal(names, all) {
+		all := make([]string, len(outcomes))
+		for k, o := range outcomes {
+			all[k] = string(o)
+		}
+		if slices.Sort(all); !slices.Equal(names, all) {
 			t.Errorf("invocation %d: metrics %v, want every outcome %v", i+1, names, all)
 		}
 	}
 	// The lines add up to the Prometheus counters.
 	for _, o := range outcomes {
-		if sum := lines[0][o] + lines[1][o]; sum != float64(metrics.Count(o)) {
+		if sum := lines[0][string(o)] + lines[1][string(o)]; sum != float64(metrics.Count(o)) {
 			t.Errorf("%s: lines add up to %v, counter is %d", o, sum, metrics.Count(o))
 		}
 	}
@@ -188,7 +192,7 @@ func TestEMFDimension(t *testing.T) {
 		if fn != "" && l.fields[EMFDimension] != fn {
 			t.Errorf("function %q: %s field = %v", fn, EMFDimension, l.fields[EMFDimension])
 		}
-		if got := parseEMF(t, out.String()); len(got) != 1 || got[0][OutcomeLeaseLost] != 1 {
+		if got := parseEMF(t, out.String()); len(got) != 1 || got[0][string(OutcomeLeaseLost)] != 1 {
 			t.Errorf("function %q: values %v, want lease_lost 1", fn, got)
 		}
 	}

@@ -257,7 +257,7 @@ func (w *Worker) skip(stopped *sqsDelivery, rest []*sqsDelivery, cause string) {
 		log.Warn("returning a FIFO group's later message failed; it reappears when its visibility ends",
 			slog.String("code", aws.ToString(f.Code)), slog.String("error", aws.ToString(f.Message)))
 	}
-	w.cfg.Metrics.messages.WithLabelValues(outcome).Add(float64(len(out.Successful)))
+	w.cfg.Metrics.recordN(log, slog.LevelDebug, outcome, len(out.Successful), "returned a FIFO group's later messages to the queue")
 }
 
 // keeper extends the visibility of a FIFO group's messages while they wait
@@ -389,12 +389,11 @@ func (k *keeper) extend() {
 // a whole visibility timeout after the failed record is due back.
 func (l *Lambda) skip(ctx context.Context, stopped *events.SQSMessage, rest []*events.SQSMessage, cause string) {
 	l.cfg.Metrics.fifoBlocked.WithLabelValues(cause).Inc()
-	l.cfg.Metrics.messages.WithLabelValues(OutcomeSkipped).Add(float64(len(rest)))
 	log := l.log.With(slog.String("message_group_id", stopped.Attributes[groupAttribute]), slog.String("message_id", stopped.MessageId))
 	if cause == "held_elsewhere" {
-		log.Warn("FIFO group blocked: a record's key is held elsewhere; reporting the group's later records unprocessed", slog.Int("reported", len(rest)))
+		l.cfg.Metrics.recordN(log, slog.LevelWarn, OutcomeSkipped, len(rest), "FIFO group blocked: a record's key is held elsewhere; reporting the group's later records unprocessed", slog.Int("reported", len(rest)))
 	} else {
-		log.Warn("FIFO group stopped: a record was not done; reporting the group's later records unprocessed",
+		l.cfg.Metrics.recordN(log, slog.LevelWarn, OutcomeSkipped, len(rest), "FIFO group stopped: a record was not done; reporting the group's later records unprocessed",
 			slog.String("cause", cause), slog.Int("reported", len(rest)))
 	}
 	if l.cfg.SQS == nil || l.cfg.QueueURL == "" {

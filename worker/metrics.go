@@ -1,32 +1,45 @@
 package worker
 
 import (
+	"context"
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcomes counted in claimfirst_messages_total{outcome=...}.
+// Outcome is what the worker did with a delivery: the label of
+// claimfirst_messages_total{outcome=...}, the name of its EMF metric, and
+// the "outcome" attribute (LogKeyOutcome) of the log line that says it.
+// Each is counted and logged together (Metrics.record), so a count never
+// happens without its line.
+type Outcome string
+
+// LogKeyOutcome is the log attribute that names a delivery's outcome.
+const LogKeyOutcome = "outcome"
+
+// The outcomes.
 const (
 	// OutcomeAcquired counts claims won (the handler then ran) beside the
 	// message's final outcome, which is counted too: a sum over every
 	// outcome counts an acquired message twice. Leave it out of sums.
-	OutcomeAcquired     = "acquired"      // the claim was won and the handler ran
-	OutcomeCompleted    = "completed"     // the claim was completed and the message acked
-	OutcomeDuplicate    = "duplicate"     // the key was completed already: acked without work
-	OutcomeDeferred     = "deferred"      // the key is held elsewhere: hidden until its lease ends
-	OutcomeReleased     = "released"      // the handler failed retryably: claim released, message retried
-	OutcomeLeaseLost    = "lease_lost"    // the claim was taken over: neither completed nor acked
-	OutcomeDeadLettered = "dead_lettered" // poison or permanent failure: moved to the DLQ
-	OutcomePoisonKept   = "poison_kept"   // poison with no DLQ to move it to: left for SQS's redrive
-	OutcomeStoreError   = "store_error"   // the claim store failed: message retried
-	OutcomeSendFailed   = "send_failed"   // the dead-letter send failed: message left to come back
-	OutcomePanic        = "panic"         // the handler panicked: claim released, never acked
-	OutcomeReturned     = "returned"      // received during shutdown and returned unstarted
-	OutcomeKeyReused    = "key_reused"    // the key's claim has another payload's fingerprint: dead-lettered
-	OutcomeSkipped      = "skipped"       // FIFO: not started behind a message of its group that was not done; returned or reported
-	OutcomeClockSkew    = "clock_skew"    // this clock is off AWS's beyond ClockSkewMax: returned unclaimed, after a short delay
+	OutcomeAcquired     Outcome = "acquired"      // the claim was won and the handler ran
+	OutcomeCompleted    Outcome = "completed"     // the claim was completed and the message acked
+	OutcomeDuplicate    Outcome = "duplicate"     // the key was completed already: acked without work
+	OutcomeDeferred     Outcome = "deferred"      // the key is held elsewhere: hidden until its lease ends
+	OutcomeReleased     Outcome = "released"      // the handler failed retryably: claim released, message retried
+	OutcomeLeaseLost    Outcome = "lease_lost"    // the claim was taken over: neither completed nor acked
+	OutcomeDeadLettered Outcome = "dead_lettered" // poison or permanent failure: moved to the DLQ
+	OutcomePoisonKept   Outcome = "poison_kept"   // poison with no DLQ to move it to: left for SQS's redrive
+	OutcomeStoreError   Outcome = "store_error"   // the claim store failed: message retried
+	OutcomeSendFailed   Outcome = "send_failed"   // the dead-letter send failed: message left to come back
+	OutcomePanic        Outcome = "panic"         // the handler panicked: claim released, never acked
+	OutcomeReturned     Outcome = "returned"      // received during shutdown and returned unstarted
+	OutcomeKeyReused    Outcome = "key_reused"    // the key's claim has another payload's fingerprint: dead-lettered
+	OutcomeSkipped      Outcome = "skipped"       // FIFO: not started behind a message of its group that was not done; returned or reported
+	OutcomeClockSkew    Outcome = "clock_skew"    // this clock is off AWS's beyond ClockSkewMax: returned unclaimed, after a short delay
 )
 
-var outcomes = []string{
+var outcomes = []Outcome{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
 	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
 	OutcomeKeyReused, OutcomeSkipped, OutcomeClockSkew,
@@ -113,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.replays = newReplays()
 	for _, o := range outcomes {
-		m.messages.WithLabelValues(o) // export zeros so dashboards see every outcome
+		m.messages.WithLabelValues(string(o)) // export zeros so dashboards see every outcome
 	}
 	// Zeros for the dependencies the worker knows, so that dashboards and
 	// alarms see them before the first failure.
@@ -145,7 +158,24 @@ func (m *Metrics) KnownDependencies(names ...string) {
 	}
 }
 
-func (m *Metrics) count(outcome string) { m.messages.WithLabelValues(outcome).Inc() }
+func (m *Metrics) count(o Outcome) { m.messages.WithLabelValues(string(o)).Inc() }
+
+// record counts one delivery's outcome o and writes the line that says it,
+// at level, with o as its LogKeyOutcome attribute.
+func (m *Metrics) record(log *slog.Logger, level slog.Level, o Outcome, msg string, attrs ...any) {
+	m.recordN(log, level, o, 1, msg, attrs...)
+}
+
+// recordN is record for n deliveries with one line (a FIFO group's later
+// messages), which says how many.
+func (m *Metrics) recordN(log *slog.Logger, level slog.Level, o Outcome, n int, msg string, attrs ...any) {
+	m.messages.WithLabelValues(string(o)).Add(float64(n))
+	head := []any{slog.String(LogKeyOutcome, string(o))}
+	if n != 1 {
+		head = append(head, slog.Int("messages", n))
+	}
+	log.Log(context.Background(), level, msg, append(head, attrs...)...)
+}
 
 // ResultsNotStored returns how many claims were completed without their
 // result because it was too large to store.
@@ -153,8 +183,8 @@ func (m *Metrics) ResultsNotStored() int64 { return int64(counterValue(m.results
 
 // Count returns the number of messages counted with outcome, for tests and
 // the benchmark.
-func (m *Metrics) Count(outcome string) int64 {
-	c, err := m.messages.GetMetricWithLabelValues(outcome)
+func (m *Metrics) Count(o Outcome) int64 {
+	c, err := m.messages.GetMetricWithLabelValues(string(o))
 	if err != nil {
 		return 0
 	}

@@ -139,8 +139,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 
 	if err := p.skew.err(); err != nil {
 		// Logged once when it began (clockSkew.observe); claim nothing.
-		p.metrics.count(OutcomeClockSkew)
-		log.Debug("not claiming: clock skew; returning the message", slog.Any("error", err))
+		p.metrics.record(log, slog.LevelDebug, OutcomeClockSkew, "not claiming: clock skew; returning the message", slog.Any("error", err))
 		return disposition{action: actRetry, delay: skewRetryDelay}
 	}
 	now := p.now()
@@ -156,35 +155,32 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	case errors.Is(err, claimstore.ErrInvalidKey):
 		return p.poison(log, Permanent("invalid idempotency key", err))
 	case err != nil:
-		p.metrics.count(OutcomeStoreError)
-		log.Error("acquire failed; the message will be retried", slog.Any("error", err))
+		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "acquire failed; the message will be retried", slog.Any("error", err))
 		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
 	}
 	switch acq.outcome {
 	case claimstore.KeyReused:
-		p.metrics.count(OutcomeKeyReused)
+		p.metrics.record(log, slog.LevelWarn, OutcomeKeyReused, "idempotency key reused with another payload", slog.String("fingerprint", m.Fingerprint))
 		return p.poison(log, Permanentf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
 			m.Key, m.Fingerprint, acq.reused.Stored))
 	case claimstore.Duplicate:
-		p.metrics.count(OutcomeDuplicate)
 		r := replayed(m, acq.replay)
 		p.metrics.replays.WithLabelValues(r.Source).Inc()
 		if p.onReplay != nil {
 			p.onReplay(ctx, r)
 		}
 		if acq.notStored != nil {
-			log.Info("duplicate: key already completed, its result too large to have been stored",
+			p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed, its result too large to have been stored",
 				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256),
 				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 			return disposition{action: actAck}
 		}
-		log.Info("duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
+		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
 			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
-		p.metrics.count(OutcomeDeferred)
 		wait := acq.held.Until.Sub(now) + p.deferSlack
-		log.Info("deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
+		p.metrics.record(log, slog.LevelInfo, OutcomeDeferred, "deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
 			slog.Int64("token", acq.held.Token), slog.Duration("visible_in", wait))
 		return disposition{action: actDefer, delay: wait}
 	}
@@ -192,12 +188,10 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	c := acq.claim
 	m.Token, m.FirstAt = c.Token, c.FirstAt
 	log = log.With(slog.Int64("token", m.Token))
-	p.metrics.count(OutcomeAcquired)
-	log.Debug("claim acquired", slog.Time("lease_until", c.Until()))
+	p.metrics.record(log, slog.LevelDebug, OutcomeAcquired, "claim acquired", slog.Time("lease_until", c.Until()))
 	result, herr, lost := p.handle(ctx, log, m, c, &l)
 	if lost {
-		p.metrics.count(OutcomeLeaseLost)
-		log.Warn("lease lost while handling: not completing, not acking")
+		p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost while handling: not completing, not acking")
 		return disposition{action: actLeave}
 	}
 	if herr == nil {
@@ -207,45 +201,39 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	if herr == nil && errors.As(err, &notStored) {
 		// Completed without its result: the work is done and never
 		// done again; duplicates are acked without it.
-		p.metrics.count(OutcomeCompleted)
 		p.metrics.resultsNotStored.Inc()
 		p.breaker.success()
-		log.Warn("completed without its result: too large to store", slog.Int("result_bytes", notStored.Size),
+		p.metrics.record(log, slog.LevelWarn, OutcomeCompleted, "completed without its result: too large to store", slog.Int("result_bytes", notStored.Size),
 			slog.String("result_sha256", notStored.SHA256), slog.Int("max_result_bytes", claimstore.MaxResultBytes))
 		return disposition{action: actAck}
 	}
 	if herr == nil {
 		switch {
 		case errors.Is(err, once.ErrLeaseLost):
-			p.metrics.count(OutcomeLeaseLost)
-			log.Warn("lease lost at completion: a later holder owns the key; not acking", slog.Any("error", err))
+			p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost at completion: a later holder owns the key; not acking", slog.Any("error", err))
 			return disposition{action: actLeave}
 		case err != nil:
 			// The outcome is unknown. The message and the lease expire
 			// together; the redelivery finds the claim completed or takes over.
-			p.metrics.count(OutcomeStoreError)
-			log.Error("complete failed; leaving the message to redeliver", slog.Any("error", err))
+			p.metrics.record(log, slog.LevelError, OutcomeStoreError, "complete failed; leaving the message to redeliver", slog.Any("error", err))
 			return disposition{action: actLeave}
 		}
-		p.metrics.count(OutcomeCompleted)
 		p.breaker.success()
-		log.Info("completed", resultAttrs(result)...)
+		p.metrics.record(log, slog.LevelInfo, OutcomeCompleted, "completed", resultAttrs(result)...)
 		return disposition{action: actAck}
 	}
 
 	delay := max(p.schedule.delay(failures(m, c)), retryAfterOf(herr))
 	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
 		if errors.Is(rerr, once.ErrLeaseLost) {
-			p.metrics.count(OutcomeLeaseLost)
-			log.Warn("lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
+			p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
 			return disposition{action: actLeave}
 		}
 		// The claim stays in progress until its lease ends: a retry before
 		// then would find it held and be deferred, spending a receive.
-		p.metrics.count(OutcomeStoreError)
 		p.breaker.failure(storeDependency, rerr)
 		delay = max(delay, c.Until().Sub(p.now())+p.deferSlack)
-		log.Error("release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
+		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
 	}
 	if IsPermanent(herr) {
 		r := reason(herr)
@@ -255,11 +243,9 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	var pe *panicError
 	switch {
 	case errors.As(herr, &pe):
-		p.metrics.count(OutcomePanic)
-		log.Error("handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
+		p.metrics.record(log, slog.LevelError, OutcomePanic, "handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
 	default:
-		p.metrics.count(OutcomeReleased)
-		log.Warn("handler failed; claim released, message will be retried", slog.Any("error", herr),
+		p.metrics.record(log, slog.LevelWarn, OutcomeReleased, "handler failed; claim released, message will be retried", slog.Any("error", herr),
 			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
 	}
 	return disposition{action: actRetry, delay: delay}

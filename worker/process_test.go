@@ -77,7 +77,7 @@ func TestProcessOutcomes(t *testing.T) {
 		handler Handler
 		decoder Decoder
 		want    action
-		outcome string
+		outcome Outcome
 		status  claimstore.Status // of the claim afterwards; "" for none
 	}{
 		{"completed", ok("ch_1"), nil, actAck, OutcomeCompleted, claimstore.StatusCompleted},
@@ -271,7 +271,7 @@ func TestSlowAcquire(t *testing.T) {
 		takeOver bool
 		want     action
 		ran      bool
-		outcome  string
+		outcome  Outcome
 	}{
 		{"renewed, then handled", false, actAck, true, OutcomeCompleted},
 		{"taken over meanwhile: never handled", true, actLeave, false, OutcomeLeaseLost},

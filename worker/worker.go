@@ -643,8 +643,7 @@ func attributeBytes(name string, v types.MessageAttributeValue) int {
 // dead-letter queue it logs and keeps the message.
 func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metrics *Metrics, log *slog.Logger) bool {
 	if dlqURL == "" {
-		metrics.count(OutcomePoisonKept)
-		log.Error("poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
+		metrics.record(log, slog.LevelError, OutcomePoisonKept, "poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
 		return false
 	}
 	attrs, omitted := dl.attributes()
@@ -659,11 +658,10 @@ func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metri
 	_, err := api.SendMessage(ctx, in)
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
-		metrics.count(OutcomeSendFailed)
-		log.Error("dead-letter send failed; message left on the queue", slog.Any("error", err))
+		metrics.record(log, slog.LevelError, OutcomeSendFailed, "dead-letter send failed; message left on the queue", slog.Any("error", err))
 		return false
 	}
-	metrics.count(OutcomeDeadLettered)
+	metrics.record(log, slog.LevelInfo, OutcomeDeadLettered, "dead-lettered", slog.String("reason", dl.reason))
 	return true
 }
 
@@ -675,8 +673,7 @@ func (w *Worker) returnUnstarted(d *sqsDelivery) {
 		log.Warn("returning an unstarted message failed; it reappears when its visibility ends", slog.Any("error", err))
 		return
 	}
-	w.cfg.Metrics.count(OutcomeReturned)
-	log.Info("stopping: returned unstarted message to the queue")
+	w.cfg.Metrics.record(log, slog.LevelInfo, OutcomeReturned, "stopping: returned unstarted message to the queue")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
