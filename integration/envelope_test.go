@@ -109,11 +109,11 @@ func TestEnvelopes(t *testing.T) {
 	w := e.start("w1", workerOptions{extraEnv: []string{"IDEMPOTENCY_KEY_FROM=jmespath:payment_id"}})
 	want := len(ps) * 2
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d deliveries completed or duplicate", want), func() bool {
-		return w.logCount("completed") >= want && e.queueDepth(e.queueURL) == 0 // completed and duplicates
+		return w.outcomeCount("completed") >= want && e.queueDepth(e.queueURL) == 0 // completed and duplicates
 	})
 	e.assertChargedOnce(ps)
 	e.assertNoDeadLetters()
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" }); n != len(ps) {
+	if n := w.outcomeCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" }); n != len(ps) {
 		t.Errorf("completed %d messages, want %d (one per payment)", n, len(ps))
 	}
 }

@@ -116,11 +116,11 @@ func TestClaimWriteFaults(t *testing.T) {
 			if code := w.stop(t, 30*time.Second); code != 0 {
 				t.Errorf("worker exited %d", code)
 			}
-			deferred, lost := w.logCount("deferred"), w.logCount("lease lost")
+			deferred, lost := w.outcomeCount("deferred"), w.outcomeCount("lease_lost")
 			t.Logf("payments %d, charges %d, DynamoDB requests matched %d, faulted %d; deferred %d, lease lost %d, "+
 				"store steps retried in process %d, completed %d",
 				len(ps), st.Charges, fault.Matched(), fault.Injected(), deferred, lost,
-				w.logCount("retrying in process"), w.logCount("completed"))
+				w.logCount("retrying in process"), w.outcomeCount("completed"))
 			if fault.Injected() < 20 {
 				t.Errorf("only %d requests faulted: the fault was not exercised", fault.Injected())
 			}
@@ -153,7 +153,7 @@ func TestRenewHangs(t *testing.T) {
 	// handler starts must not be the one that hangs.
 	waitFor(t, 30*time.Second, "the handler to call the provider", func() bool { return e.fake.Stats().Calls >= 1 })
 	hang := px.Add(&faultproxy.Rule{Name: "renew hangs", Match: renewWrite, Limit: 1, Fault: faultproxy.Hang(time.Minute)})
-	waitFor(t, time.Minute, "the payment to complete", func() bool { return w.logCount("completed") == 1 })
+	waitFor(t, time.Minute, "the payment to complete", func() bool { return w.outcomeCount("completed") == 1 })
 	e.waitDrained(time.Minute)
 	if code := w.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
@@ -174,7 +174,7 @@ func TestRenewHangs(t *testing.T) {
 		t.Errorf("the handler was cancelled %s after its lease ended: want within the margin %s", late, margin)
 	}
 	hung, _ := expired[0]["token"].(float64)
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.Token == int64(hung) }); n != 0 {
+	if n := w.outcomeCountWhere("completed", func(l logLine) bool { return l.Token == int64(hung) }); n != 0 {
 		t.Errorf("the holder whose renew hung (token %v) completed %d times", hung, n)
 	}
 	completed := w.logLinesContaining("completed")
@@ -199,7 +199,7 @@ func TestKeyReuse(t *testing.T) {
 	p := provider.Payment{PaymentID: "reuse_0001", Amount: 1999, Currency: "EUR"}
 	e.sendPayments([]provider.Payment{p})
 	w := e.start("w1", workerOptions{})
-	waitFor(t, time.Minute, "the payment to complete", func() bool { return w.logCount("completed") == 1 })
+	waitFor(t, time.Minute, "the payment to complete", func() bool { return w.outcomeCount("completed") == 1 })
 	reused := p
 	reused.Amount = 2999
 	e.sendPayments([]provider.Payment{reused, p})
@@ -207,7 +207,7 @@ func TestKeyReuse(t *testing.T) {
 	if code := w.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
 	}
-	if n := w.logCount("duplicate"); n != 1 {
+	if n := w.outcomeCount("duplicate"); n != 1 {
 		t.Errorf("%d duplicates acked, want 1 (the plain copy)", n)
 	}
 	dead := e.dlqMessages()
@@ -309,7 +309,7 @@ func runOutage(t *testing.T, c outage) {
 
 	// Some payments flow before the outage, the rest arrive during it.
 	e.sendPayments(ps[:30])
-	waitFor(t, time.Minute, "payments to flow", func() bool { return workers[0].logCount("completed")+workers[1].logCount("completed") >= 10 })
+	waitFor(t, time.Minute, "payments to flow", func() bool { return workers[0].outcomeCount("completed")+workers[1].outcomeCount("completed") >= 10 })
 	rule := px.Add(&faultproxy.Rule{Name: c.name, Match: c.match, Fault: c.fault})
 	began := time.Now()
 	poison := fmt.Sprintf(`{"payment_id": %q, "amount": 1`, prefix+"_poison")

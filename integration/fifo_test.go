@@ -216,7 +216,7 @@ func TestFIFOGroups(t *testing.T) {
 	}
 
 	stopped := w1.logCount("FIFO group stopped") + w2.logCount("FIFO group stopped")
-	dups := w1.logCount("duplicate") + w2.logCount("duplicate")
+	dups := w1.outcomeCount("duplicate") + w2.outcomeCount("duplicate")
 	t.Logf("payments %d, messages %d (producer retries %d), provider calls %d, charges %d, injected failures %d, duplicates acked %d, groups stopped with messages returned %d",
 		len(all), len(msgs), retries, st.Calls, st.Charges, st.Faults, dups, stopped)
 	// Whether a failure has later messages of its group in the same receive
@@ -496,7 +496,7 @@ func TestFIFOWaitingKeepsLease(t *testing.T) {
 	if !slices.Equal(st.ChargeLog, want) {
 		t.Errorf("charged in the order %v, want %v", st.ChargeLog, want)
 	}
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.ReceiveCount == 1 }); n != len(ps) {
+	if n := w.outcomeCountWhere("completed", func(l logLine) bool { return l.ReceiveCount == 1 }); n != len(ps) {
 		t.Errorf("%d payments completed on their first receive, want all %d: a waiting message lost its lease", n, len(ps))
 	}
 	if n := w.logCount("lease ended before processing started"); n != 0 {
@@ -540,7 +540,7 @@ func TestFIFOGroupStopsBehindFailure(t *testing.T) {
 		t.Errorf("group stopped with cause %q, want failed", n)
 	}
 	// The first completed on its first receive; the others on their second.
-	if n := w.logCountWhere("completed", func(l logLine) bool { return l.ReceiveCount == 2 }); n != 3 {
+	if n := w.outcomeCountWhere("completed", func(l logLine) bool { return l.ReceiveCount == 2 }); n != 3 {
 		t.Errorf("%d payments completed on their second receive, want 3 (the failed one and the two behind it)", n)
 	}
 }

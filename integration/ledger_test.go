@@ -203,7 +203,7 @@ func (e *env) assertLedger(table string, es []ledger.Entry, want map[string]ledg
 // completions counts the claims p completed (not the duplicates it found
 // completed).
 func completions(p *proc) int {
-	return p.logCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" })
+	return p.outcomeCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" })
 }
 
 func ledgerWorker(table string, extra ...string) workerOptions {
@@ -277,9 +277,9 @@ func TestLedgerCrash(t *testing.T) {
 
 	takeovers, duplicates, leaseLost := 0, 0, 0
 	for _, p := range e.procs {
-		takeovers += p.logCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" && l.Token > 1 })
-		duplicates += p.logCount("duplicate")
-		leaseLost += p.logCount("lease lost")
+		takeovers += p.outcomeCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" && l.Token > 1 })
+		duplicates += p.outcomeCount("duplicate")
+		leaseLost += p.outcomeCount("lease_lost")
 	}
 	t.Logf("entries %d, messages %d, kills %d, transactions dropped with their worker %d, applied and unanswered %d, "+
 		"completed after a takeover %d, duplicates acked %d, lease lost %d",
@@ -329,5 +329,5 @@ func TestLedgerLeaseLost(t *testing.T) {
 	}
 	e.assertLedger(table, es, want)
 	e.assertNoDeadLetters()
-	t.Logf("claim %v; slow worker: lease lost %d, completed %d", claim, slow.logCount("lease lost"), completions(slow))
+	t.Logf("claim %v; slow worker: lease lost %d, completed %d", claim, slow.outcomeCount("lease_lost"), completions(slow))
 }

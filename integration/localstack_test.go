@@ -131,7 +131,7 @@ func deployRunWorker(t *testing.T, cfg aws.Config, r deployResources) {
 		t.Errorf("worker exited %d after SIGTERM, want 0", code)
 	}
 	t.Logf("payments %d, messages %d, charges %d, duplicates acked %d, drained in %s",
-		len(ps), len(ps)+5, st.Charges, w.logCount("duplicate"), time.Since(start).Round(time.Millisecond))
+		len(ps), len(ps)+5, st.Charges, w.outcomeCount("duplicate"), time.Since(start).Round(time.Millisecond))
 	e.assertNoDeadLetters()
 }
 

@@ -202,7 +202,7 @@ func TestClaimsCommands(t *testing.T) {
 	if st.ChargesByPayment[stuck.PaymentID] != 1 || st.ChargesByPayment[recon.PaymentID] != 0 {
 		t.Errorf("charges %v: want pay_stuck once, pay_recon (completed by hand) never", st.ChargesByPayment)
 	}
-	if n := w.logCount("duplicate"); n != 1 {
+	if n := w.outcomeCount("duplicate"); n != 1 {
 		t.Errorf("duplicates logged = %d, want 1 (pay_recon)", n)
 	}
 
@@ -373,7 +373,7 @@ func TestRedriveInterruptedChargesOnce(t *testing.T) {
 	e.waitDrained(60 * time.Second)
 	e.assertChargedOnce(ps)
 	e.assertNoDeadLetters()
-	if n := w.logCount("duplicate"); n != 5 {
+	if n := w.outcomeCount("duplicate"); n != 5 {
 		t.Errorf("duplicates logged = %d, want 5 (the second copy of each)", n)
 	}
 }

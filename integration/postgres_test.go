@@ -153,9 +153,9 @@ func TestLedgerCrashPostgres(t *testing.T) {
 
 	takeovers, duplicates, leaseLost := 0, 0, 0
 	for _, p := range e.procs {
-		takeovers += p.logCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" && l.Token > 1 })
-		duplicates += p.logCount("duplicate")
-		leaseLost += p.logCount("lease lost")
+		takeovers += p.outcomeCountWhere("completed", func(l logLine) bool { return l.Msg == "completed" && l.Token > 1 })
+		duplicates += p.outcomeCount("duplicate")
+		leaseLost += p.outcomeCount("lease_lost")
 	}
 	t.Logf("entries %d, messages %d, kills %d with a completion in flight %d, completed after a takeover %d, duplicates acked %d, lease lost %d",
 		len(es), len(msgs), kills, caught, takeovers, duplicates, leaseLost)
@@ -223,7 +223,7 @@ func TestConcurrentDuplicatesPostgres(t *testing.T) {
 	e.waitDrained(2 * time.Minute)
 	st := e.assertChargedOnce(ps)
 	e.assertNoDeadLetters()
-	dups := w1.logCount("duplicate") + w2.logCount("duplicate")
+	dups := w1.outcomeCount("duplicate") + w2.outcomeCount("duplicate")
 	t.Logf("payments %d, deliveries %d, charges %d, provider calls %d, duplicates acked %d", len(ps), len(msgs), st.Charges, st.Calls, dups)
 	if dups == 0 {
 		t.Error("no duplicate was acked: the test did not exercise deduplication")
@@ -266,7 +266,7 @@ func TestCrashPostgres(t *testing.T) {
 	e.assertNoDeadLetters()
 	takeovers := 0
 	for _, p := range e.procs {
-		takeovers += p.logCountWhere("completed", func(l logLine) bool { return l.Token > 1 })
+		takeovers += p.outcomeCountWhere("completed", func(l logLine) bool { return l.Token > 1 })
 	}
 	t.Logf("payments %d, kills %d, provider calls %d, charges %d, replays %d, completed after a takeover %d",
 		len(ps), kills, st.Calls, st.Charges, st.Replays, takeovers)
@@ -292,15 +292,15 @@ func TestStalledWorkerPostgres(t *testing.T) {
 	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
 	stoppedAt := time.Now()
 	b := e.start("taker", c.worker("taker", 1))
-	waitFor(t, 60*time.Second, "the second worker to complete the payment", func() bool { return b.logCount("completed") == 1 })
+	waitFor(t, 60*time.Second, "the second worker to complete the payment", func() bool { return b.outcomeCount("completed") == 1 })
 	time.Sleep(time.Until(stoppedAt.Add(6 * time.Second)))
 	_ = a.cmd.Process.Signal(syscall.SIGCONT)
 	waitFor(t, 30*time.Second, "the stalled worker to notice its lease is lost", func() bool {
-		return a.logCount("lease lost") >= 1 || a.logCount("lease expired") >= 1
+		return a.outcomeCount("lease_lost") >= 1 || a.logCount("lease expired") >= 1
 	})
 	e.waitDrained(time.Minute)
 	time.Sleep(time.Second)
-	if n := a.logCount("completed"); n != 0 {
+	if n := a.outcomeCount("completed"); n != 0 {
 		t.Errorf("the stalled worker completed %d claims after losing its lease", n)
 	}
 	if status, token := c.claim(t, ps[0].PaymentID); status != "COMPLETED" || token != 2 {

@@ -38,8 +38,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 			t.Errorf("%s exited %d", w.name, code)
 		}
 	}
-	dups := w1.logCount("duplicate") + w2.logCount("duplicate")
-	deferred := w1.logCount("deferred") + w2.logCount("deferred")
+	dups := w1.outcomeCount("duplicate") + w2.outcomeCount("duplicate")
+	deferred := w1.outcomeCount("deferred") + w2.outcomeCount("deferred")
 	t.Logf("payments %d, deliveries %d, charges %d, provider calls %d, duplicates acked %d, deferred %d",
 		len(ps), len(msgs), st.Charges, st.Calls, dups, deferred)
 	if dups == 0 {
@@ -137,7 +137,7 @@ func TestCrash(t *testing.T) {
 	takeovers := 0
 	maxReceives := 0
 	for _, p := range e.procs {
-		takeovers += p.logCountWhere("completed", func(l logLine) bool { return l.Token > 1 })
+		takeovers += p.outcomeCountWhere("completed", func(l logLine) bool { return l.Token > 1 })
 		p.logCountWhere("", func(l logLine) bool { maxReceives = max(maxReceives, l.ReceiveCount); return false })
 	}
 	t.Logf("payments %d, kills %d, provider calls %d, charges %d, replays %d, completed after a takeover %d, most receives of one message %d",
@@ -165,15 +165,15 @@ func TestStalledWorker(t *testing.T) {
 	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
 	stoppedAt := time.Now()
 	b := e.start("taker", workerOptions{concurrency: 1})
-	waitFor(t, 60*time.Second, "the second worker to complete the payment", func() bool { return b.logCount("completed") == 1 })
+	waitFor(t, 60*time.Second, "the second worker to complete the payment", func() bool { return b.outcomeCount("completed") == 1 })
 	time.Sleep(time.Until(stoppedAt.Add(6 * time.Second))) // twice the stalled worker's lease
 	_ = a.cmd.Process.Signal(syscall.SIGCONT)
 	waitFor(t, 30*time.Second, "the stalled worker to notice its lease is lost", func() bool {
-		return a.logCount("lease lost") >= 1 || a.logCount("lease expired") >= 1
+		return a.outcomeCount("lease_lost") >= 1 || a.logCount("lease expired") >= 1
 	})
 	e.waitDrained(time.Minute)
 	time.Sleep(time.Second) // let the resumed worker finish whatever it would still do
-	if n := a.logCount("completed"); n != 0 {
+	if n := a.outcomeCount("completed"); n != 0 {
 		t.Errorf("the stalled worker completed %d claims after losing its lease", n)
 	}
 	claim := e.claim(ps[0].PaymentID)
@@ -183,7 +183,7 @@ func TestStalledWorker(t *testing.T) {
 	e.assertChargedOnce(ps)
 	st := e.fake.Stats()
 	t.Logf("provider calls %d, charges %d, replays %d; stalled worker: lease lost %d, lease expired %d, completed %d; claim %v",
-		st.Calls, st.Charges, st.Replays, a.logCount("lease lost"), a.logCount("lease expired"), a.logCount("completed"), claim)
+		st.Calls, st.Charges, st.Replays, a.outcomeCount("lease_lost"), a.logCount("lease expired"), a.outcomeCount("completed"), claim)
 }
 
 // TestPoisonMessages sends messages that can never succeed among good ones:
@@ -266,7 +266,7 @@ func TestShutdown(t *testing.T) {
 	if code := w2.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("w2 exited %d", code)
 	}
-	t.Logf("w1 stopped in %s after %d charges, returned %d unstarted; w2 finished the rest", stopped.Round(time.Millisecond), charged, w1.logCount("returned unstarted"))
+	t.Logf("w1 stopped in %s after %d charges, returned %d unstarted; w2 finished the rest", stopped.Round(time.Millisecond), charged, w1.outcomeCount("returned"))
 }
 
 // TestBadConfiguration: missing settings and an unsafe retention exit 2
@@ -376,10 +376,10 @@ func TestLeaseStartsAtReceipt(t *testing.T) {
 	e.sendPayments(ps)
 	e.waitDrained(time.Minute)
 	e.assertChargedOnce(ps)
-	if n := w.logCount("lease lost") + w.logCount("lease expired") + w.logCount("lease ended"); n != 0 {
+	if n := w.outcomeCount("lease_lost") + w.logCount("lease expired") + w.logCount("lease ended"); n != 0 {
 		t.Errorf("%d lease warnings for a message handled within its lease:\n%s", n, w.log.String())
 	}
-	if n := w.logCount("completed"); n != 1 {
+	if n := w.outcomeCount("completed"); n != 1 {
 		t.Errorf("completed %d, want 1", n)
 	}
 	if code := w.stop(t, 30*time.Second); code != 0 {
