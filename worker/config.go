@@ -131,6 +131,17 @@ type Config struct {
 // while messages wait their turn. Scale out with more workers instead.
 const MaxConcurrency = 1000
 
+// Defaults of Config's settings, named so that the binary's help can show
+// them without writing them again.
+const (
+	DefaultConcurrency      = 16
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultOutageCover      = time.Hour
+	DefaultHoldFor          = 15 * time.Minute
+	DefaultBreakerThreshold = 5
+	DefaultProbeInterval    = 2 * time.Second
+)
+
 // setDefaults fills the fields that do not depend on the queue.
 func (c *Config) setDefaults() {
 	if c.Decoder == nil {
@@ -140,13 +151,13 @@ func (c *Config) setDefaults() {
 		c.Decoder = UnwrapEnvelopes(c.Decoder)
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 16
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Pollers == 0 {
 		c.Pollers = max(1, (c.Concurrency+9)/10)
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.MinRetryBackoff == 0 {
 		c.MinRetryBackoff = time.Second
@@ -155,19 +166,19 @@ func (c *Config) setDefaults() {
 		c.MaxRetryBackoff = MaxVisibility - time.Second
 	}
 	if c.OutageCover == 0 {
-		c.OutageCover = time.Hour
+		c.OutageCover = DefaultOutageCover
 	}
 	if c.HoldFor == 0 {
-		c.HoldFor = 15 * time.Minute
+		c.HoldFor = DefaultHoldFor
 	}
 	if c.MaxHoldBackoff == 0 {
 		c.MaxHoldBackoff = 10 * time.Second
 	}
 	if c.BreakerThreshold == 0 {
-		c.BreakerThreshold = 5
+		c.BreakerThreshold = DefaultBreakerThreshold
 	}
 	if c.ProbeInterval == 0 {
-		c.ProbeInterval = 2 * time.Second
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	if c.WaitTime == 0 {
 		c.WaitTime = 20 * time.Second
@@ -210,26 +221,44 @@ func (c *Config) setQueueDefaults(q QueueInfo) {
 
 func (c *Config) validate() error {
 	var errs []error
-	if c.QueueURL == "" {
-		errs = append(errs, errors.New("QueueURL is required"))
-	}
 	if c.SQS == nil {
-		errs = append(errs, errors.New("SQS is required"))
+		errs = append(errs, &FieldError{Field: "SQS", Problem: "is required"})
 	}
 	if c.Store == nil {
-		errs = append(errs, errors.New("Store is required"))
+		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
 	}
 	if c.Handler == nil {
-		errs = append(errs, errors.New("Handler is required"))
+		errs = append(errs, &FieldError{Field: "Handler", Problem: "is required"})
+	}
+	return joinConfig(append(errs, c.settingErrs()...))
+}
+
+// CheckSettings validates c's settings (not its clients: SQS, Store,
+// Handler) with their defaults, as New does before it reads the queue, and
+// without reading it: the binary checks its flags and environment with it
+// before it connects to anything. The errors are FieldErrors under ErrConfig.
+func (c Config) CheckSettings() error {
+	c.setDefaults()
+	return joinConfig(c.settingErrs())
+}
+
+// settingErrs are c's bad settings, defaults applied.
+func (c *Config) settingErrs() []error {
+	var errs []error
+	if c.QueueURL == "" {
+		errs = append(errs, &FieldError{Field: "QueueURL", Problem: "is required"})
+	}
+	if c.VisibilityTimeout != 0 {
+		errs = append(errs, visibilityErrs(c.VisibilityTimeout)...)
 	}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
-		errs = append(errs, fmt.Errorf("Concurrency %d: must be 1 to %d", c.Concurrency, MaxConcurrency))
+		errs = append(errs, fieldErr("Concurrency", c.Concurrency, "must be 1 to %d", MaxConcurrency))
 	}
 	if c.Pollers < 1 {
-		errs = append(errs, fmt.Errorf("Pollers %d: must be at least 1", c.Pollers))
+		errs = append(errs, fieldErr("Pollers", c.Pollers, "must be at least 1"))
 	}
 	if c.WaitTime < 0 || c.WaitTime > 20*time.Second {
-		errs = append(errs, fmt.Errorf("WaitTime %s: must be between 0 and 20s", c.WaitTime))
+		errs = append(errs, fieldErr("WaitTime", c.WaitTime, "must be between 0 and 20s"))
 	}
 	for name, d := range map[string]time.Duration{
 		"ShutdownTimeout": c.ShutdownTimeout, "MinRetryBackoff": c.MinRetryBackoff,
@@ -239,41 +268,98 @@ func (c *Config) validate() error {
 		"MaxHoldBackoff": c.MaxHoldBackoff, "ProbeInterval": c.ProbeInterval,
 	} {
 		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
+			errs = append(errs, fieldErr(name, d, "must not be negative"))
 		}
 	}
 	if c.MaxRetryBackoff < c.MinRetryBackoff {
-		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", c.MaxRetryBackoff, c.MinRetryBackoff))
+		errs = append(errs, fieldErr("MaxRetryBackoff", c.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", c.MinRetryBackoff))
 	}
 	if c.BreakerThreshold < 1 {
-		errs = append(errs, fmt.Errorf("BreakerThreshold %d: must be at least 1", c.BreakerThreshold))
+		errs = append(errs, fieldErr("BreakerThreshold", c.BreakerThreshold, "must be at least 1"))
 	}
 	if c.MaxRetryBackoff > MaxVisibility {
-		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not exceed SQS's 12h", c.MaxRetryBackoff))
+		errs = append(errs, fieldErr("MaxRetryBackoff", c.MaxRetryBackoff, "must not exceed SQS's %s", MaxVisibility))
 	}
-	return joinConfig(errs)
+	return errs
+}
+
+// visibilityErrs are what is wrong with v as a visibility timeout.
+func visibilityErrs(v time.Duration) []error {
+	switch {
+	case v < time.Second || v > MaxVisibility:
+		return []error{fieldErr("VisibilityTimeout", v, "must be between 1s and %s", MaxVisibility)}
+	case v%time.Second != 0:
+		return []error{fieldErr("VisibilityTimeout", v, "SQS counts whole seconds")}
+	}
+	return nil
 }
 
 // validateLease checks the settings that depend on the queue's defaults.
 func (c *Config) validateLease() error {
-	var errs []error
 	v := c.VisibilityTimeout
-	switch {
-	case v < time.Second || v > MaxVisibility:
-		errs = append(errs, fmt.Errorf("VisibilityTimeout %s: must be between 1s and 12h", v))
-	case v%time.Second != 0:
-		errs = append(errs, fmt.Errorf("VisibilityTimeout %s: SQS counts whole seconds", v))
-	}
+	errs := visibilityErrs(v)
 	if c.LeaseMargin >= v {
-		errs = append(errs, fmt.Errorf("LeaseMargin %s: must be shorter than VisibilityTimeout %s", c.LeaseMargin, v))
+		errs = append(errs, fieldErr("LeaseMargin", c.LeaseMargin, "must be shorter than VisibilityTimeout %s", v))
 	}
 	if c.ClockSkewMax >= c.LeaseMargin {
-		errs = append(errs, fmt.Errorf("ClockSkewMax %s: must be less than LeaseMargin %s, which covers it", c.ClockSkewMax, c.LeaseMargin))
+		errs = append(errs, fieldErr("ClockSkewMax", c.ClockSkewMax, "must be less than LeaseMargin %s, which covers it", c.LeaseMargin))
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= v-c.LeaseMargin {
-		errs = append(errs, fmt.Errorf("HeartbeatInterval %s: must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", c.HeartbeatInterval, v-c.LeaseMargin))
+		errs = append(errs, fieldErr("HeartbeatInterval", c.HeartbeatInterval, "must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", v-c.LeaseMargin))
 	}
 	return joinConfig(errs)
+}
+
+// FieldError is a setting a configuration refuses: validation joins one
+// per bad field under ErrConfig, so that a caller (the binary) can name the
+// setting as its user knows it (an environment variable, a flag).
+type FieldError struct {
+	// Field is the configuration field, as named in Config or LambdaConfig.
+	Field string
+	// Value is the refused value; nil for a missing one.
+	Value any
+	// Problem says what is wrong with it.
+	Problem string
+}
+
+// Error implements error: "Field Value: Problem", or "Field Problem"
+// for a missing one.
+func (e *FieldError) Error() string {
+	if e.Value == nil {
+		return e.Field + " " + e.Problem
+	}
+	return fmt.Sprintf("%s %v: %s", e.Field, e.Value, e.Problem)
+}
+
+func fieldErr(field string, value any, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
+}
+
+// FieldErrors returns the FieldErrors err joins (in order), none when err
+// holds none.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(e error) {
+		if fe, ok := e.(*FieldError); ok {
+			out = append(out, fe)
+			return
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			if x := u.Unwrap(); x != nil {
+				walk(x)
+			}
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return out
 }
 
 func joinConfig(errs []error) error {

@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -87,6 +86,9 @@ type LambdaConfig struct {
 	OnReplay func(ctx context.Context, r Replay)
 }
 
+// DefaultLambdaConcurrency is LambdaConfig.Concurrency's default.
+const DefaultLambdaConcurrency = 10
+
 // Lambda handles SQS events with partial batch failures.
 type Lambda struct {
 	cfg   LambdaConfig
@@ -100,7 +102,7 @@ type Lambda struct {
 // retention and dead-letter queue. Errors for bad settings wrap ErrConfig.
 func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 10
+		cfg.Concurrency = DefaultLambdaConcurrency
 	}
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 2 * time.Second
@@ -119,25 +121,25 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	cfg.Owner, cfg.Logger, cfg.Metrics, cfg.Now = shared.Owner, shared.Logger, shared.Metrics, shared.Now
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, errors.New("Store is required"))
+		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
 	}
 	if cfg.Handler == nil {
-		errs = append(errs, errors.New("Handler is required"))
+		errs = append(errs, &FieldError{Field: "Handler", Problem: "is required"})
 	}
 	if cfg.Concurrency < 1 || cfg.Concurrency > MaxConcurrency {
-		errs = append(errs, fmt.Errorf("Concurrency %d: must be 1 to %d", cfg.Concurrency, MaxConcurrency))
+		errs = append(errs, fieldErr("Concurrency", cfg.Concurrency, "must be 1 to %d", MaxConcurrency))
 	}
 	if cfg.QueueURL != "" && cfg.SQS == nil {
-		errs = append(errs, errors.New("SQS is required with QueueURL"))
+		errs = append(errs, &FieldError{Field: "SQS", Problem: "is required with QueueURL"})
 	}
 	if cfg.QueueURL == "" && cfg.Retention <= 0 {
-		errs = append(errs, errors.New("Retention is required when QueueURL is not set (it cannot be checked against the queue)"))
+		errs = append(errs, &FieldError{Field: "Retention", Problem: "is required when QueueURL is not set (it cannot be checked against the queue)"})
 	}
 	if cfg.ClockSkewMax >= cfg.LeaseMargin {
-		errs = append(errs, fmt.Errorf("ClockSkewMax %s: must be less than LeaseMargin %s, which covers it", cfg.ClockSkewMax, cfg.LeaseMargin))
+		errs = append(errs, fieldErr("ClockSkewMax", cfg.ClockSkewMax, "must be less than LeaseMargin %s, which covers it", cfg.LeaseMargin))
 	}
 	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
-		errs = append(errs, fmt.Errorf("MaxRetryBackoff %s: must not be less than MinRetryBackoff %s", cfg.MaxRetryBackoff, cfg.MinRetryBackoff))
+		errs = append(errs, fieldErr("MaxRetryBackoff", cfg.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", cfg.MinRetryBackoff))
 	}
 	if err := joinConfig(errs); err != nil {
 		return nil, err

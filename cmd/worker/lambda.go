@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -17,25 +18,21 @@ import (
 func cmdLambda(ctx context.Context, io stdio) error {
 	s := newSettings("lambda", io)
 	queueURL := s.String("queue-url", "QUEUE_URL", "", "event source queue URL (optional)")
-	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 10, "records of a batch processed at once")
+	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 0, fmt.Sprintf("records of a batch processed at once (default %d)", worker.DefaultLambdaConcurrency))
 	clockSkewMax := s.Duration("clock-skew-max", "CLOCK_SKEW_MAX", 0, "largest offset from AWS's clock at which records are claimed, checked with QUEUE_URL; negative: no check (default: half the lease margin)")
 	a := defineApp(s)
 	if err := s.Parse(nil); err != nil {
 		return err
-	}
-	if *concurrency < 1 || *concurrency > worker.MaxConcurrency {
-		return usagef("WORKER_CONCURRENCY %d: must be 1 to %d", *concurrency, worker.MaxConcurrency)
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {
 		return err
 	}
 	defer ap.tracing.shutdown(ap.log)
-	cfg := worker.LambdaConfig{
-		Store: ap.store, Handler: ap.handler, Decoder: ap.decoder,
-		QueueURL: *queueURL, Retention: *a.retention, Concurrency: *concurrency, Logger: ap.log,
-		TracerProvider: ap.tracing.TracerProvider(), ClockSkewMax: *clockSkewMax,
-	}
+	var cfg worker.LambdaConfig
+	cfg.Store, cfg.Handler, cfg.Decoder = ap.store, ap.handler, ap.decoder
+	cfg.QueueURL, cfg.Retention, cfg.Concurrency, cfg.Logger = *queueURL, *a.retention, *concurrency, ap.log
+	cfg.TracerProvider, cfg.ClockSkewMax = ap.tracing.TracerProvider(), *clockSkewMax
 	if *queueURL != "" {
 		cfg.SQS = sqs.NewFromConfig(ap.aws, ap.tracing.sqs)
 	}

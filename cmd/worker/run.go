@@ -221,7 +221,7 @@ func startError(err error) error {
 	case errors.As(err, &re):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
 	case errors.Is(err, worker.ErrConfig):
-		return usagef("%v", err)
+		return reword(err)
 	}
 	return err
 }
@@ -255,43 +255,17 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 
 func cmdRun(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("run", io)
-	queueURL := s.String("queue-url", "QUEUE_URL", "", "source SQS queue URL (required)")
-	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 16, "messages processed at once")
-	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 0, "lease length and visibility timeout per receive (default: the queue's)")
-	shutdown := s.Duration("shutdown-timeout", "SHUTDOWN_TIMEOUT", 30*time.Second, "longest time from SIGTERM to exit; in-flight handlers are cancelled before its last quarter (at most 5s)")
+	setWorker := defineWorkerSettings(s)
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
-	owner := s.String("owner", "WORKER_OWNER", "", "name of this instance in claims (default: host/pid/random)")
-	outageCover := s.Duration("outage-cover", "OUTAGE_COVER", 0, "dependency outage a message's receives must outlast before SQS may dead-letter it (default 1h)")
-	holdFor := s.Duration("hold-for", "HOLD_FOR", 0, "how long a message is held, heartbeating, and retried in process before its receive is spent (default 15m)")
-	breakerThreshold := s.Int("breaker-threshold", "BREAKER_THRESHOLD", 0, "dependency failures in a row that stop receiving (default 5)")
-	probeInterval := s.Duration("probe-interval", "BREAKER_PROBE_INTERVAL", 0, "pause between probe receives while the breaker is open (default 2s)")
-	clockSkewMax := s.Duration("clock-skew-max", "CLOCK_SKEW_MAX", 0, "largest offset from AWS's clock at which messages are claimed; negative: no check (default: half the lease margin)")
 	a := defineApp(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
-		return err
-	}
-	if *concurrency < 1 || *concurrency > worker.MaxConcurrency {
-		return usagef("WORKER_CONCURRENCY (-concurrency) %d: must be 1 to %d; run more workers for more", *concurrency, worker.MaxConcurrency)
-	}
-	if *visibility < 0 || *visibility%time.Second != 0 || *visibility > worker.MaxVisibility {
-		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
-	}
-	if *shutdown <= 0 {
-		return usagef("SHUTDOWN_TIMEOUT (-shutdown-timeout) %s: must be positive", *shutdown)
-	}
-	for _, d := range []struct {
-		v    time.Duration
-		name string
-	}{{*outageCover, "OUTAGE_COVER (-outage-cover)"}, {*holdFor, "HOLD_FOR (-hold-for)"}, {*probeInterval, "BREAKER_PROBE_INTERVAL (-probe-interval)"}} {
-		if d.v < 0 {
-			return usagef("%s %s: must not be negative", d.name, d.v)
-		}
-	}
-	if *breakerThreshold < 0 {
-		return usagef("BREAKER_THRESHOLD (-breaker-threshold) %d: must not be negative", *breakerThreshold)
+	var cfg worker.Config
+	setWorker(&cfg)
+	// The library's own checks, before anything is built or dialled.
+	if err := cfg.CheckSettings(); err != nil {
+		return reword(err)
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {
@@ -309,14 +283,9 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 
 	// Reading the queue can take a while against a cold endpoint; SIGTERM
 	// still ends it.
-	w, err := worker.New(ctx, worker.Config{
-		QueueURL: *queueURL, SQS: sqs.NewFromConfig(ap.aws, ap.tracing.sqs), Store: ap.store,
-		Handler: ap.handler, Decoder: ap.decoder, Concurrency: *concurrency,
-		VisibilityTimeout: *visibility, Retention: *a.retention, ShutdownTimeout: *shutdown,
-		Owner: *owner, Logger: ap.log, Metrics: metrics, TracerProvider: ap.tracing.TracerProvider(),
-		OutageCover: *outageCover, HoldFor: *holdFor, BreakerThreshold: *breakerThreshold, ProbeInterval: *probeInterval,
-		ClockSkewMax: *clockSkewMax,
-	})
+	cfg.SQS, cfg.Store, cfg.Handler, cfg.Decoder = sqs.NewFromConfig(ap.aws, ap.tracing.sqs), ap.store, ap.handler, ap.decoder
+	cfg.Retention, cfg.Logger, cfg.Metrics, cfg.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
+	w, err := worker.New(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
 			return nil // stopped while reading the queue

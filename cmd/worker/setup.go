@@ -53,8 +53,8 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		fifoAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
 		fifoAttrs[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
 	}
-	if *visibility < 0 || *visibility > 12*time.Hour || *visibility%time.Second != 0 {
-		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to 12h", *visibility)
+	if *visibility < 0 || *visibility > worker.MaxVisibility || *visibility%time.Second != 0 {
+		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to %s", *visibility, worker.MaxVisibility)
 	}
 	if *retention < time.Minute || *retention > 14*24*time.Hour || *retention%time.Second != 0 {
 		return usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", *retention)

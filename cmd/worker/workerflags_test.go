@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimfirst/claimfirst/worker"
+)
+
+// TestWorkerSettingsReachTheLibrary: each row of the table, by environment
+// variable and by flag, sets the worker.Config field it names.
+func TestWorkerSettingsReachTheLibrary(t *testing.T) {
+	t.Parallel()
+	for _, r := range workerSettings {
+		field := reflect.ValueOf(worker.Config{}).FieldByName(r.field)
+		if !field.IsValid() {
+			t.Errorf("%s: worker.Config has no field %s", r.env, r.field)
+			continue
+		}
+		var text string
+		var want any
+		switch field.Interface().(type) {
+		case int:
+			text, want = "7", 7
+		case time.Duration:
+			text, want = "7s", 7*time.Second
+		case string:
+			text, want = "x7", "x7"
+		default:
+			t.Fatalf("%s: field type %T not covered", r.field, field.Interface())
+		}
+		for _, how := range []string{"env", "flag"} {
+			env := map[string]string{}
+			var args []string
+			if how == "env" {
+				env[r.env] = text
+			} else {
+				args = []string{"-" + r.flag, text}
+			}
+			var out, errOut bytes.Buffer
+			s := newSettings("run", stdio{getenv: func(k string) string { return env[k] }, stdout: &out, stderr: &errOut})
+			set := defineWorkerSettings(s)
+			if err := s.Parse(args); err != nil {
+				t.Fatalf("%s by %s: %v", r.env, how, err)
+			}
+			var cfg worker.Config
+			set(&cfg)
+			if got := reflect.ValueOf(cfg).FieldByName(r.field).Interface(); got != want {
+				t.Errorf("%s by %s: %s = %v, want %v", r.env, how, r.field, got, want)
+			}
+		}
+	}
+}
+
+// TestLibraryErrorsNameTheSetting: a value the library refuses is one line
+// naming the environment variable and the flag, exit 2, before anything is
+// built (no AWS, no claim table: LOG_LEVEL, checked later, is never reached).
+func TestLibraryErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ env, value, want string }{
+		{"WORKER_CONCURRENCY", "-5", "WORKER_CONCURRENCY (-concurrency) -5: must be 1 to 1000"},
+		{"VISIBILITY_TIMEOUT", "1500ms", "VISIBILITY_TIMEOUT (-visibility-timeout) 1.5s: SQS counts whole seconds"},
+		{"HOLD_FOR", "-1s", "HOLD_FOR (-hold-for) -1s: must not be negative"},
+		{"BREAKER_THRESHOLD", "-1", "BREAKER_THRESHOLD (-breaker-threshold) -1: must be at least 1"},
+	} {
+		env := map[string]string{"QUEUE_URL": "http://127.0.0.1:1/000000000000/q", "CLAIM_TABLE": "claims", "LOG_LEVEL": "loud", tc.env: tc.value}
+		code, _, stderr := runWorker(t, env, "run")
+		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%s=%s: exit %d, stderr %q; want exit 2 and one line with %q", tc.env, tc.value, code, stderr, tc.want)
+		}
+	}
+	code, _, stderr := runWorker(t, map[string]string{"CLAIM_TABLE": "claims"}, "run")
+	if code != 2 || !strings.Contains(stderr, "QUEUE_URL (-queue-url) is required") {
+		t.Errorf("no QUEUE_URL: exit %d, stderr %q", code, stderr)
+	}
+}
