@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 )
@@ -215,25 +216,21 @@ func keyedHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, kee
 	return func(ctx context.Context, m message) (verdict, error) {
 		key := m.payment.PaymentID
 		now := c.Now()
-		a, err := store.Acquire(ctx, claimstore.AcquireParams{
-			Key: key, Owner: "demo", LeaseUntil: now.Add(visibilityTimeout - leaseMargin), ExpiresAt: now.Add(keep),
+		cl, _, err := once.Acquire(ctx, store, key, once.Options{
+			Owner: "demo", Lease: visibilityTimeout - leaseMargin, Retention: keep, Now: c.Now,
 		})
-		if err != nil {
+		var held *once.HeldError
+		switch {
+		case errors.As(err, &held):
+			return later, nil
+		case err != nil:
 			return 0, err
-		}
-		switch a.Outcome {
-		case claimstore.Acquired:
-		case claimstore.Duplicate:
+		case cl == nil: // completed before
 			dups.Add(1)
 			return ack, nil
-		case claimstore.HeldElsewhere:
-			return later, nil
-		default:
-			return 0, fmt.Errorf("acquire: unexpected outcome %v", a.Outcome)
 		}
-		holder := a.Claim.Holder()
 		var chargeID string
-		if lookUp && payment.PastKeyLifetime(a.Claim.FirstAt, now, prov.lifetime) {
+		if lookUp && payment.PastKeyLifetime(cl.FirstAt, now, prov.lifetime) {
 			if found := prov.lookup(m.payment.PaymentID); len(found) > 0 {
 				chargeID = found[0]
 			}
@@ -244,13 +241,13 @@ func keyedHandler(store claimstore.Store, prov *forgetfulProvider, c *clock, kee
 				if !errors.Is(err, errAnswerLost) {
 					return 0, err
 				}
-				if err := store.Release(ctx, claimstore.ReleaseParams{Holder: holder, LastError: err.Error()}); err != nil {
+				if err := cl.Release(ctx, err.Error()); err != nil {
 					return 0, fmt.Errorf("release: %w", err)
 				}
 				return later, nil
 			}
 		}
-		if err := store.Complete(ctx, claimstore.CompleteParams{Holder: holder, Result: chargeID, ExpiresAt: c.Now().Add(keep)}); err != nil {
+		if err := cl.Complete(ctx, chargeID); err != nil {
 			return 0, fmt.Errorf("complete: %w", err)
 		}
 		return ack, nil

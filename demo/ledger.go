@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/once"
 )
 
 // ledgerEntry is experiment 7's message: append entry EntryID to the ledger
@@ -175,25 +177,20 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 		var crashed, takeovers, duplicates atomic.Int64
 		opts.progress.row(label, len(msgs))
 		_, err := b.run(ctx, msgs, func(ctx context.Context, m message) (verdict, error) {
-			now := c.Now()
-			a, err := store.Acquire(ctx, claimstore.AcquireParams{
-				Key: m.entry.EntryID, Owner: "demo",
-				LeaseUntil: now.Add(visibilityTimeout - leaseMargin), ExpiresAt: now.Add(retention),
+			cl, _, err := once.Acquire(ctx, store, m.entry.EntryID, once.Options{
+				Owner: "demo", Lease: visibilityTimeout - leaseMargin, Retention: retention, Now: c.Now,
 			})
-			if err != nil {
+			var held *once.HeldError
+			switch {
+			case errors.As(err, &held):
+				return later, nil
+			case err != nil:
 				return 0, err
-			}
-			switch a.Outcome {
-			case claimstore.Acquired:
-			case claimstore.Duplicate:
+			case cl == nil: // completed before
 				duplicates.Add(1)
 				return ack, nil
-			case claimstore.HeldElsewhere:
-				return later, nil
-			default:
-				return 0, fmt.Errorf("acquire: unexpected outcome %v", a.Outcome)
 			}
-			holder := a.Claim.Holder()
+			holder := cl.Holder()
 			if holder.Token > 1 {
 				takeovers.Add(1)
 			}
@@ -216,7 +213,7 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 				crashed.Add(1)
 				return later, nil
 			}
-			if err := store.Complete(ctx, done); err != nil {
+			if err := cl.Complete(ctx, m.entry.EntryID); err != nil {
 				return 0, fmt.Errorf("complete: %w", err)
 			}
 			return ack, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 )
@@ -142,13 +143,16 @@ func (r *row) checkThenAct() handler {
 	}
 }
 
-// claimPolicy is how a claim-first handler uses its claims.
+// claimPolicy is how a claim-first handler uses its claims. The zero
+// parts are the ones the protocol has; the rows that show what a part is
+// for leave it out.
 type claimPolicy struct {
 	// lease is how long a claim holds before a redelivery may take it over.
 	// Zero means as long as the claim is remembered: a claim without a lease.
 	lease time.Duration
 	// release gives the claim up when the charge fails, so that the
-	// redelivery takes over.
+	// redelivery takes over. Without it the store is told to release and
+	// keeps the claim (keptOnRelease).
 	release bool
 	// deferHeld leaves a message whose key is held elsewhere for a
 	// redelivery, as the protocol does. Without it the handler acks it as if
@@ -159,38 +163,32 @@ type claimPolicy struct {
 	crash func(m message) bool
 }
 
-// claimFirst claims the key before charging, and charges only if it won the
-// claim; it completes the claim with the charge id.
+// claimFirst claims the key with package once (once.Acquire, then the
+// claim's Complete or Release: the code the worker runs), charges only if
+// it won the claim, and completes the claim with the charge id.
 func (r *row) claimFirst(pol claimPolicy) handler {
+	var store claimstore.Store = r.store
+	if !pol.release {
+		store = keptOnRelease{store}
+	}
+	lease := pol.lease
+	if lease == 0 {
+		lease = retention
+	}
+	opts := once.Options{Owner: "demo", Lease: lease, Retention: retention, Now: r.clock.Now}
 	return func(ctx context.Context, m message) (verdict, error) {
-		key := m.payment.PaymentID
-		now := r.clock.Now()
-		leaseUntil := now.Add(retention)
-		if pol.lease > 0 {
-			leaseUntil = now.Add(pol.lease)
-		}
-		a, err := r.store.Acquire(ctx, claimstore.AcquireParams{
-			Key: key, Owner: "demo", LeaseUntil: leaseUntil, ExpiresAt: now.Add(retention),
-		})
-		if err != nil {
+		c, _, err := once.Acquire(ctx, store, m.payment.PaymentID, opts)
+		var held *once.HeldError
+		switch {
+		case errors.As(err, &held) && pol.deferHeld:
+			return later, nil
+		case errors.As(err, &held), err == nil && c == nil: // held, or completed before
+			r.skipped.Add(1)
+			return ack, nil
+		case err != nil:
 			return 0, err
 		}
-		switch a.Outcome {
-		case claimstore.Acquired:
-		case claimstore.Duplicate:
-			r.skipped.Add(1)
-			return ack, nil
-		case claimstore.HeldElsewhere:
-			if pol.deferHeld {
-				return later, nil
-			}
-			r.skipped.Add(1)
-			return ack, nil
-		default:
-			return 0, fmt.Errorf("acquire: unexpected outcome %v", a.Outcome)
-		}
-		holder := a.Claim.Holder()
-		if holder.Token > 1 {
+		if c.Token > 1 {
 			r.takeovers.Add(1)
 		}
 		if pol.crash != nil && pol.crash(m) {
@@ -202,22 +200,23 @@ func (r *row) claimFirst(pol claimPolicy) handler {
 			if !unknown(err) {
 				return 0, err
 			}
-			if pol.release {
-				if err := r.store.Release(ctx, claimstore.ReleaseParams{Holder: holder}); err != nil {
-					return 0, fmt.Errorf("release: %w", err)
-				}
+			if err := c.Release(ctx, err.Error()); err != nil {
+				return 0, fmt.Errorf("release: %w", err)
 			}
 			return later, nil
 		}
-		err = r.store.Complete(ctx, claimstore.CompleteParams{
-			Holder: holder, Result: ch.ID, ExpiresAt: r.clock.Now().Add(retention),
-		})
-		if err != nil {
+		if err := c.Complete(ctx, ch.ID); err != nil {
 			return 0, fmt.Errorf("complete: %w", err)
 		}
 		return ack, nil
 	}
 }
+
+// keptOnRelease is a store that is told to release a claim and keeps it:
+// the handler that holds its claim through a failure.
+type keptOnRelease struct{ claimstore.Store }
+
+func (keptOnRelease) Release(context.Context, claimstore.ReleaseParams) error { return nil }
 
 // runRow runs msgs through h in a fresh world made from spec and returns the
 // broker's and the provider's counts.
