@@ -179,19 +179,20 @@ func fifoEvent(ev events.SQSEvent) bool {
 // startGroups starts the groups of one FIFO receive, each in a handler
 // goroutine that processes its messages in order; every message holds its
 // slot in p until it is done, returned or skipped.
-func (w *Worker) startGroups(hctx context.Context, ds []*sqsDelivery, p *pool, handlers *sync.WaitGroup, del *deleter) {
+func (t *transport) startGroups(ds []*sqsDelivery) {
 	for _, run := range groupRuns(len(ds), true, func(i int) string { return ds[i].group }) {
 		group := make([]*sqsDelivery, len(run))
 		for k, i := range run {
 			group[k] = ds[i]
 		}
-		handlers.Go(func() { w.runGroup(hctx, group, p, del) })
+		t.handlers.Go(func() { t.runInOrder(group) })
 	}
 }
 
-// runGroup processes one group's messages of a receive in order while a
+// runInOrder processes one group's messages of a receive in order while a
 // keeper holds the waiting ones invisible.
-func (w *Worker) runGroup(ctx context.Context, group []*sqsDelivery, p *pool, del *deleter) {
+func (t *transport) runInOrder(group []*sqsDelivery) {
+	w, p := t.w, t.pool
 	k := w.keep(group[1:])
 	defer k.close()
 	idx := make([]int, len(group))
@@ -210,7 +211,7 @@ func (w *Worker) runGroup(ctx context.Context, group []*sqsDelivery, p *pool, de
 			return false
 		default:
 		}
-		disp, done := w.handle(ctx, d, del)
+		disp, done := t.deliver(d)
 		if !done {
 			cause = blockCause(disp.action)
 		}
@@ -218,14 +219,14 @@ func (w *Worker) runGroup(ctx context.Context, group []*sqsDelivery, p *pool, de
 	}, func(stopped int, rest []int) {
 		k.close()
 		defer p.give(len(rest))
-		w.skip(group[stopped], group[rest[0]:], cause)
+		w.returnRest(group[stopped], group[rest[0]:], cause)
 	})
 }
 
-// skip makes the messages behind a message that was not done visible again
+// returnRest makes the messages behind a message that was not done visible again
 // at once, so that SQS gives the group out again in order when that message
 // comes back.
-func (w *Worker) skip(stopped *sqsDelivery, rest []*sqsDelivery, cause string) {
+func (w *Worker) returnRest(stopped *sqsDelivery, rest []*sqsDelivery, cause string) {
 	w.cfg.Metrics.fifoBlocked.WithLabelValues(cause).Inc()
 	log := w.log.With(slog.String("message_group_id", stopped.group), slog.String("message_id", stopped.msg.ID))
 	switch cause {
@@ -383,11 +384,11 @@ func (k *keeper) extend() {
 	w.cfg.Metrics.heartbeats.Add(float64(len(out.Successful)))
 }
 
-// skip reports the records behind a record of their FIFO group that was not
+// reportRest reports the records behind a record of their FIFO group that was not
 // done, and, where the function knows its queue, makes them visible again at
 // once: otherwise they would stay in flight, and keep the group locked, for
 // a whole visibility timeout after the failed record is due back.
-func (l *Lambda) skip(ctx context.Context, stopped *events.SQSMessage, rest []*events.SQSMessage, cause string) {
+func (l *Lambda) reportRest(ctx context.Context, stopped *events.SQSMessage, rest []*events.SQSMessage, cause string) {
 	l.cfg.Metrics.fifoBlocked.WithLabelValues(cause).Inc()
 	log := l.log.With(slog.String("message_group_id", stopped.Attributes[groupAttribute]), slog.String("message_id", stopped.MessageId))
 	if cause == "held_elsewhere" {

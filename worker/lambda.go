@@ -219,7 +219,7 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		for k, i := range rest {
 			rs[k] = &ev.Records[i]
 		}
-		l.skip(ctx, &ev.Records[stopped], rs, blockCause(causes[stopped]))
+		l.reportRest(ctx, &ev.Records[stopped], rs, blockCause(causes[stopped]))
 		fail(rs...)
 	})
 	return events.SQSEventResponse{BatchItemFailures: failed}, nil

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -189,11 +188,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	// runs out. A poller receives only when a batch's worth of slots is free:
 	// fewer idles a few handlers for a moment, but it keeps receives full
 	// (half of Concurrency, up to ten) instead of one message each.
-	p := &pool{slots: make(chan struct{}, w.cfg.Concurrency)}
-	batch := min(receiveBatch, max(1, w.cfg.Concurrency/2))
-	var handlers, pollers sync.WaitGroup
+	t := &transport{w: w, hctx: hctx, del: del,
+		pool: &pool{slots: make(chan struct{}, w.cfg.Concurrency)}, batch: min(receiveBatch, max(1, w.cfg.Concurrency/2))}
+	var pollers sync.WaitGroup
 	for range w.cfg.Pollers {
-		pollers.Go(func() { w.poll(ctx, hctx, p, batch, &handlers, del) })
+		pollers.Go(func() { t.poll(ctx) })
 	}
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
@@ -212,7 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	drained := make(chan struct{})
 	go func() {
 		pollers.Wait() // no handler starts after this
-		handlers.Wait()
+		t.handlers.Wait()
 		close(drained)
 	}()
 	select {
@@ -303,124 +302,6 @@ func (p *pool) give(n int) {
 	}
 }
 
-// poll receives batches while ctx lives, never more messages than there are
-// free handlers, so memory stays flat however deep the backlog. While the
-// breaker is open it receives one probe message at a time instead.
-func (w *Worker) poll(ctx, hctx context.Context, p *pool, batch int, handlers *sync.WaitGroup, del *deleter) {
-	for {
-		if skewed, _ := w.proc.skew.state(); skewed {
-			// Claim nothing: leave the messages in the queue, and measure
-			// again until the clock agrees.
-			sleepCtx(ctx, skewRecheck)
-			if ctx.Err() != nil {
-				return
-			}
-			w.remeasure(ctx)
-			continue
-		}
-		n, probe := batch, false
-		if open, _, _ := w.proc.breaker.state(); open {
-			select {
-			case w.probe <- struct{}{}:
-				n, probe = 1, true
-			default:
-				sleepCtx(ctx, 100*time.Millisecond)
-				if ctx.Err() != nil {
-					return
-				}
-				continue
-			}
-		}
-		endProbe := func() {
-			if probe {
-				<-w.probe
-			}
-		}
-		if !p.take(ctx, n) {
-			endProbe()
-			return
-		}
-		// Shutdown cuts the receive short, so an idle worker stops at once
-		// instead of after its long poll. SQS may still have handed messages
-		// to a receive cut off in flight: nobody sees them, nothing is done
-		// with them, and they become visible again when their visibility
-		// timeout ends (their receive count one higher). What a receive
-		// brings back after shutdown began is returned at once below.
-		rctx, cancel := context.WithTimeout(ctx, w.cfg.WaitTime+ResponseHeaderTimeout)
-		out, err := w.cfg.SQS.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(w.cfg.QueueURL),
-			MaxNumberOfMessages:         int32(n),
-			WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
-			VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-			MessageSystemAttributeNames: receiveSystemAttributes,
-			MessageAttributeNames:       []string{"All"},
-		})
-		cancel()
-		var msgs []types.Message
-		if out != nil {
-			msgs = out.Messages
-		}
-		if err == nil {
-			w.proc.breaker.recovered("sqs") // a probe that finds SQS back ends an SQS outage
-		}
-		if err != nil && ctx.Err() == nil {
-			w.proc.breaker.failure("sqs", err)
-			w.log.Error("receive failed", slog.Any("error", err))
-			p.give(n)
-			endProbe()
-			sleepCtx(ctx, time.Second)
-			continue
-		}
-		// SQS starts a message's visibility timeout when it answers, which a
-		// long poll may do long after the request; the lease margin covers
-		// the answer's way back.
-		received := w.cfg.Now()
-		w.cfg.Metrics.received.Add(float64(len(msgs)))
-		p.give(n - len(msgs))
-		if len(msgs) == 0 {
-			endProbe()
-		}
-		if w.queue.FIFO && len(msgs) > 1 && ctx.Err() == nil {
-			// A probe receives one message: never here.
-			ds := make([]*sqsDelivery, len(msgs))
-			for i := range msgs {
-				ds[i] = w.delivery(&msgs[i], received)
-			}
-			w.startGroups(hctx, ds, p, handlers, del)
-			continue
-		}
-		for i := range msgs {
-			d := w.delivery(&msgs[i], received)
-			d.probe = probe
-			if ctx.Err() != nil {
-				// Stopping: what the last poll brought is given back unstarted.
-				w.returnUnstarted(d)
-				p.give(1)
-				endProbe()
-				continue
-			}
-			handlers.Go(func() {
-				defer p.give(1)
-				free := func() {}
-				if d.probe {
-					var stop func()
-					free, stop = w.holdProbe(d)
-					defer stop()
-				}
-				w.handle(hctx, d, del)
-				if d.probe {
-					// One probe at a time, and not faster than ProbeInterval.
-					sleepCtx(ctx, w.cfg.ProbeInterval)
-					free()
-				}
-			})
-		}
-		if ctx.Err() != nil {
-			return
-		}
-	}
-}
-
 // holdProbe returns free, which gives the breaker's probe slot back (once),
 // and stop, which ends its watch: if the probe has not freed its slot when
 // its first lease ends (the receipt plus the visibility timeout, less the
@@ -485,75 +366,11 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 	}
 }
 
-// handle processes one delivery and carries out the disposition. done
-// reports that the message is off the queue (acked, or dead-lettered).
-func (w *Worker) handle(ctx context.Context, d *sqsDelivery, del *deleter) (disp disposition, done bool) {
-	w.inFlight.Store(d.msg.ID, struct{}{})
-	defer w.inFlight.Delete(d.msg.ID)
-	vis := w.cfg.VisibilityTimeout
-	capAt := d.receivedAt.Add(MaxVisibility)
-	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
-	l := lease{
-		until:     from.Add(vis - w.cfg.LeaseMargin),
-		deadline:  capAt.Add(-w.cfg.LeaseMargin),
-		interval:  w.cfg.HeartbeatInterval,
-		renewAt:   from.Add(w.cfg.HeartbeatInterval),
-		stop:      w.stop,
-		probe:     d.probe,
-		holdUntil: from.Add(w.cfg.HoldFor),
-		extend: func(ctx context.Context) (time.Time, error) {
-			now := w.cfg.Now()
-			next := min(vis, capAt.Sub(now).Truncate(time.Second))
-			if next <= w.cfg.LeaseMargin {
-				return time.Time{}, nil // at SQS's cap: the handler's deadline ends it
-			}
-			_, err := w.cfg.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-				QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: aws.String(d.receipt),
-				VisibilityTimeout: int32(next / time.Second),
-			})
-			if err != nil {
-				return time.Time{}, err
-			}
-			return now.Add(next - w.cfg.LeaseMargin), nil
-		},
-	}
-	disp = w.proc.process(ctx, &d.msg, l)
-	log := w.log.With(slog.String("message_id", d.msg.ID))
-	switch disp.action {
-	case actAck:
-		if !del.add(d.receipt) {
-			log.Warn("completed after shutdown abandoned it: not acked; the redelivery is acked as a duplicate")
-		}
-		return disp, true
-	case actRetry, actDefer:
-		w.setVisibility(d, disp.delay, log)
-	case actDeadLetter:
-		return disp, w.deadLetter(d, disp.reason, del, log)
-	case actLeave:
-	}
-	return disp, false
-}
-
 func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Logger) {
 	if err := changeVisibility(context.Background(), w.cfg.SQS, w.cfg.QueueURL, d.receipt, delay); err != nil {
 		// The message becomes visible when its current timeout ends instead.
 		log.Warn("change visibility failed", slog.Any("error", err))
 	}
-}
-
-// deadLetter sends the message to the dead-letter queue with its reason and
-// deletes it from the source; without a dead-letter queue it is left for
-// SQS's own redrive (or retention) and logged.
-func (w *Worker) deadLetter(d *sqsDelivery, reason string, del *deleter, log *slog.Logger) bool {
-	dl := deadLetter{body: d.body, attrs: d.attrs, messageID: d.msg.ID, firstRecv: d.firstRecv, reason: reason}
-	if w.queue.DeadLetterFIFO {
-		dl.groupID = cmp.Or(d.group, d.msg.ID)
-	}
-	if !dl.send(context.Background(), w.cfg.SQS, w.queue.DeadLetterURL, w.cfg.Metrics, log) {
-		return false
-	}
-	del.add(d.receipt)
-	return true
 }
 
 // changeVisibility makes a message visible again after delay (within SQS's limits).
