@@ -267,29 +267,41 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 	}
 	until := deadline.Add(-l.cfg.LeaseMargin)
 	disp := l.proc.process(ctx, m, lease{until: until, deadline: until})
-	log := l.log.With(slog.String("message_id", r.MessageId))
-	switch disp.action {
-	case actAck:
-		return true, disp.action
-	case actDeadLetter:
-		dl := deadLetter{
-			body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,
-			firstRecv: r.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], reason: disp.reason,
-		}
-		if l.queue.DeadLetterFIFO {
-			dl.groupID = cmp.Or(r.Attributes[groupAttribute], r.MessageId)
-		}
-		return dl.send(context.WithoutCancel(ctx), l.cfg.SQS, l.queue.DeadLetterURL, l.cfg.Metrics, log), disp.action
-	case actRetry, actDefer:
-		if l.cfg.SQS != nil && l.cfg.QueueURL != "" {
-			if err := changeVisibility(context.WithoutCancel(ctx), l.cfg.SQS, l.cfg.QueueURL, r.ReceiptHandle, disp.delay); err != nil {
-				log.Warn("change visibility failed", slog.Any("error", err))
-			}
-		}
-		return false, disp.action
-	default:
-		return false, disp.action
+	return act(disp, lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.action
+}
+
+// lambdaRecord carries out a record's disposition: the event source
+// mapping deletes what the function does not report, and the function sets
+// a reported record's visibility and dead-letters where it knows its queue.
+type lambdaRecord struct {
+	ctx context.Context
+	l   *Lambda
+	r   *events.SQSMessage
+	log *slog.Logger
+}
+
+func (lr lambdaRecord) ack() {}
+
+func (lr lambdaRecord) returnAfter(delay time.Duration) {
+	l := lr.l
+	if l.cfg.SQS == nil || l.cfg.QueueURL == "" {
+		return // reported: it comes back when its visibility ends
 	}
+	if err := changeVisibility(context.WithoutCancel(lr.ctx), l.cfg.SQS, l.cfg.QueueURL, lr.r.ReceiptHandle, delay); err != nil {
+		lr.log.Warn("change visibility failed", slog.Any("error", err))
+	}
+}
+
+func (lr lambdaRecord) deadLetter(reason string) bool {
+	l, r := lr.l, lr.r
+	dl := deadLetter{
+		body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,
+		firstRecv: r.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], reason: reason,
+	}
+	if l.queue.DeadLetterFIFO {
+		dl.groupID = cmp.Or(r.Attributes[groupAttribute], r.MessageId)
+	}
+	return dl.send(context.WithoutCancel(lr.ctx), l.cfg.SQS, l.queue.DeadLetterURL, l.cfg.Metrics, lr.log)
 }
 
 func lambdaAttributes(in map[string]events.SQSMessageAttribute) map[string]types.MessageAttributeValue {

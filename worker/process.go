@@ -104,6 +104,35 @@ func (l *lease) canHold(now time.Time) bool {
 	}
 }
 
+// actor carries out a disposition the way its transport can: the
+// long-poll transport (queuedDelivery) and the Lambda adapter (lambdaRecord)
+// differ in how, not in what.
+type actor interface {
+	// ack takes the message off the queue (the Lambda: by not reporting it).
+	ack()
+	// returnAfter makes the message visible again after delay.
+	returnAfter(delay time.Duration)
+	// deadLetter moves the message to the dead-letter queue with reason
+	// and reports whether it is off the source queue.
+	deadLetter(reason string) bool
+}
+
+// act carries out disp with a and reports whether the message is done: off
+// the queue, acked or dead-lettered. A message left alone (its lease lost,
+// its outcome unknown) comes back when its visibility ends.
+func act(disp disposition, a actor) bool {
+	switch disp.action {
+	case actAck:
+		a.ack()
+		return true
+	case actRetry, actDefer:
+		a.returnAfter(disp.delay)
+	case actDeadLetter:
+		return a.deadLetter(disp.reason)
+	}
+	return false
+}
+
 // processor is the per-message protocol shared by the long-polling worker and
 // the Lambda adapter: decode, claim, handle with heartbeats, then complete,
 // release or dead-letter. It decides; the transport acts.

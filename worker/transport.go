@@ -179,20 +179,26 @@ func (t *transport) deliver(d *sqsDelivery) (disp disposition, done bool) {
 		},
 	}
 	disp = w.proc.process(t.hctx, &d.msg, l)
-	log := w.log.With(slog.String("message_id", d.msg.ID))
-	switch disp.action {
-	case actAck:
-		if !t.del.add(d.receipt) {
-			log.Warn("completed after shutdown abandoned it: not acked; the redelivery is acked as a duplicate")
-		}
-		return disp, true
-	case actRetry, actDefer:
-		w.setVisibility(d, disp.delay, log)
-	case actDeadLetter:
-		return disp, t.sendToDeadLetter(d, disp.reason, log)
-	case actLeave:
+	return disp, act(disp, queuedDelivery{t: t, d: d, log: w.log.With(slog.String("message_id", d.msg.ID))})
+}
+
+// queuedDelivery carries out a long-polled delivery's disposition.
+type queuedDelivery struct {
+	t   *transport
+	d   *sqsDelivery
+	log *slog.Logger
+}
+
+func (q queuedDelivery) ack() {
+	if !q.t.del.add(q.d.receipt) {
+		q.log.Warn("completed after shutdown abandoned it: not acked; the redelivery is acked as a duplicate")
 	}
-	return disp, false
+}
+
+func (q queuedDelivery) returnAfter(delay time.Duration) { q.t.w.setVisibility(q.d, delay, q.log) }
+
+func (q queuedDelivery) deadLetter(reason string) bool {
+	return q.t.sendToDeadLetter(q.d, reason, q.log)
 }
 
 // sendToDeadLetter sends the message to the dead-letter queue with its reason and
