@@ -144,12 +144,7 @@ const (
 
 // setDefaults fills the fields that do not depend on the queue.
 func (c *Config) setDefaults() {
-	if c.Decoder == nil {
-		c.Decoder = KeyFromMessageID
-	}
-	if !c.KeepEnvelopes {
-		c.Decoder = UnwrapEnvelopes(c.Decoder)
-	}
+	c.protocol().setDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -158,15 +153,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.MinRetryBackoff == 0 {
-		c.MinRetryBackoff = time.Second
-	}
-	if c.MaxRetryBackoff == 0 {
-		c.MaxRetryBackoff = MaxVisibility - time.Second
-	}
-	if c.OutageCover == 0 {
-		c.OutageCover = DefaultOutageCover
 	}
 	if c.HoldFor == 0 {
 		c.HoldFor = DefaultHoldFor
@@ -183,17 +169,65 @@ func (c *Config) setDefaults() {
 	if c.WaitTime == 0 {
 		c.WaitTime = 20 * time.Second
 	}
-	if c.Owner == "" {
-		c.Owner = DefaultOwner()
+}
+
+// protocol returns c's protocol settings.
+func (c *Config) protocol() protocolFields {
+	return protocolFields{
+		store: &c.Store, handler: &c.Handler, decoder: &c.Decoder, keepEnvelopes: c.KeepEnvelopes,
+		retention: &c.Retention, minBackoff: &c.MinRetryBackoff, maxBackoff: &c.MaxRetryBackoff,
+		cover: &c.OutageCover, owner: &c.Owner, logger: &c.Logger, metrics: &c.Metrics, now: &c.Now,
+		tracerProvider: &c.TracerProvider, onReplay: &c.OnReplay,
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+}
+
+// protocolFields are the settings of the per-message protocol that Config
+// and LambdaConfig share, by reference, so that their defaults and the
+// processor they make are written once.
+type protocolFields struct {
+	store                  *claimstore.Store
+	handler                *Handler
+	retention              *time.Duration
+	tracerProvider         *trace.TracerProvider
+	onReplay               *func(context.Context, Replay)
+	decoder                *Decoder
+	keepEnvelopes          bool
+	minBackoff, maxBackoff *time.Duration
+	cover                  *time.Duration
+	owner                  *string
+	logger                 **slog.Logger
+	metrics                **Metrics
+	now                    *func() time.Time
+}
+
+// setDefaults fills the shared settings' defaults.
+func (f protocolFields) setDefaults() {
+	if *f.decoder == nil {
+		*f.decoder = KeyFromMessageID
 	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics(nil)
+	if !f.keepEnvelopes {
+		*f.decoder = UnwrapEnvelopes(*f.decoder)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if *f.minBackoff == 0 {
+		*f.minBackoff = time.Second
+	}
+	if *f.maxBackoff == 0 {
+		*f.maxBackoff = MaxVisibility - time.Second
+	}
+	if *f.cover == 0 {
+		*f.cover = DefaultOutageCover
+	}
+	if *f.owner == "" {
+		*f.owner = DefaultOwner()
+	}
+	if *f.logger == nil {
+		*f.logger = slog.Default()
+	}
+	if *f.metrics == nil {
+		*f.metrics = NewMetrics(nil)
+	}
+	if *f.now == nil {
+		*f.now = time.Now
 	}
 }
 
@@ -369,14 +403,15 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
-// processor returns the per-message protocol with c's settings for queue q.
-func (c *Config) processor(log *slog.Logger, q QueueInfo) *processor {
+// processor returns the per-message protocol with f's settings for queue q
+// (maxHold: the longest delay between in-process retries; none in Lambda).
+func (f protocolFields) processor(log *slog.Logger, q QueueInfo, maxHold time.Duration) *processor {
 	return &processor{
-		store: c.Store, handler: c.Handler, decoder: c.Decoder, owner: c.Owner,
-		retention: c.Retention, minBackoff: c.MinRetryBackoff, maxHold: c.MaxHoldBackoff,
-		schedule:   newSchedule(c.MinRetryBackoff, c.MaxRetryBackoff, c.OutageCover, q.MaxReceiveCount),
-		deferSlack: time.Second, metrics: c.Metrics, log: log, now: c.Now,
-		tracer: newTracer(c.TracerProvider), onReplay: c.OnReplay,
+		store: *f.store, handler: *f.handler, decoder: *f.decoder, owner: *f.owner,
+		retention: *f.retention, minBackoff: *f.minBackoff, maxHold: maxHold,
+		schedule:   newSchedule(*f.minBackoff, *f.maxBackoff, *f.cover, q.MaxReceiveCount),
+		deferSlack: time.Second, metrics: *f.metrics, log: log, now: *f.now,
+		tracer: newTracer(*f.tracerProvider), onReplay: *f.onReplay,
 	}
 }
 

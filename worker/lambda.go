@@ -86,6 +86,16 @@ type LambdaConfig struct {
 	OnReplay func(ctx context.Context, r Replay)
 }
 
+// protocol returns cfg's protocol settings, the ones Config has too.
+func (cfg *LambdaConfig) protocol() protocolFields {
+	return protocolFields{
+		store: &cfg.Store, handler: &cfg.Handler, decoder: &cfg.Decoder, keepEnvelopes: cfg.KeepEnvelopes,
+		retention: &cfg.Retention, minBackoff: &cfg.MinRetryBackoff, maxBackoff: &cfg.MaxRetryBackoff,
+		cover: &cfg.OutageCover, owner: &cfg.Owner, logger: &cfg.Logger, metrics: &cfg.Metrics, now: &cfg.Now,
+		tracerProvider: &cfg.TracerProvider, onReplay: &cfg.OnReplay,
+	}
+}
+
 // DefaultLambdaConcurrency is LambdaConfig.Concurrency's default.
 const DefaultLambdaConcurrency = 10
 
@@ -110,15 +120,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.ClockSkewMax == 0 {
 		cfg.ClockSkewMax = cfg.LeaseMargin / 2
 	}
-	// The defaults the processor's settings share with Worker's Config.
-	shared := Config{
-		Decoder: cfg.Decoder, KeepEnvelopes: cfg.KeepEnvelopes, MinRetryBackoff: cfg.MinRetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, OutageCover: cfg.OutageCover,
-		Owner: cfg.Owner, Logger: cfg.Logger, Metrics: cfg.Metrics, Now: cfg.Now,
-		TracerProvider: cfg.TracerProvider, OnReplay: cfg.OnReplay,
-	}
-	shared.setDefaults()
-	cfg.Decoder, cfg.MinRetryBackoff, cfg.MaxRetryBackoff, cfg.OutageCover = shared.Decoder, shared.MinRetryBackoff, shared.MaxRetryBackoff, shared.OutageCover
-	cfg.Owner, cfg.Logger, cfg.Metrics, cfg.Now = shared.Owner, shared.Logger, shared.Metrics, shared.Now
+	cfg.protocol().setDefaults()
 	var errs []error
 	if cfg.Store == nil {
 		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
@@ -166,8 +168,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	shared.Store, shared.Handler, shared.Retention = cfg.Store, cfg.Handler, cfg.Retention
-	l.proc = shared.processor(l.log, l.queue)
+	l.proc = l.cfg.protocol().processor(l.log, l.queue, 0)
 	l.proc.skew = skew
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
