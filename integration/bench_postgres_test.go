@@ -80,7 +80,7 @@ func BenchmarkWorkerPostgres(b *testing.B) {
 			}
 			benchSend(b, sq, q, bodies)
 			depth := sqs.NewFromConfig(awstest.Config(b)) // not counted
-			return benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency}, b.N, counter,
+			return benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
 				func() bool { return benchDepth(b, depth, q) == 0 }, nil)
 		}},
 	}

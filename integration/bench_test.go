@@ -166,7 +166,7 @@ func benchWorker(b *testing.B, claims bool) benchResult {
 		store = s
 	}
 	depth := sqs.NewFromConfig(awstest.Config(b)) // not counted
-	r := benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency}, b.N, counter,
+	r := benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
 		func() bool { return benchDepth(b, depth, q) == 0 }, nil)
 	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
 	return r

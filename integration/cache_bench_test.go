@@ -97,24 +97,26 @@ func benchCache(b *testing.B, cached bool) cacheBenchResult {
 		b.Fatal(err)
 	}
 	w, err := worker.New(ctx, worker.Config{
-		QueueURL: q, SQS: sq, Store: store, Concurrency: benchConcurrency, Metrics: metrics, Decoder: dec,
-		Logger: slog.New(slog.DiscardHandler),
-		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-			mu.Lock()
-			runs[m.Key]++
-			mu.Unlock()
-			handled <- struct{}{}
-			return "ok", nil
-		}),
-		OnReplay: func(_ context.Context, r worker.Replay) {
-			if r.Source == worker.ReplayFromCache {
+		QueueURL: q, SQS: sq, Concurrency: benchConcurrency,
+		Protocol: worker.Protocol{Store: store, Metrics: metrics, Decoder: dec,
+			Logger: slog.New(slog.DiscardHandler),
+			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
 				mu.Lock()
-				if runs[r.Key] == 0 {
-					unseen = append(unseen, r.Key)
-				}
+				runs[m.Key]++
 				mu.Unlock()
-			}
-			replayed <- struct{}{}
+				handled <- struct{}{}
+				return "ok", nil
+			}),
+			OnReplay: func(_ context.Context, r worker.Replay) {
+				if r.Source == worker.ReplayFromCache {
+					mu.Lock()
+					if runs[r.Key] == 0 {
+						unseen = append(unseen, r.Key)
+					}
+					mu.Unlock()
+				}
+				replayed <- struct{}{}
+			},
 		},
 	})
 	if err != nil {

@@ -141,7 +141,7 @@ func benchCostWorker(b *testing.B) benchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Store: store, Concurrency: benchConcurrency},
+	return benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}},
 		b.N, counter, func() bool { return true }, nil)
 }
 
@@ -158,7 +158,7 @@ func BenchmarkRSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	var rssEarly, rssEnd int64
-	benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Store: store, Concurrency: 256},
+	benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: 256, Protocol: worker.Protocol{Store: store}},
 		total, nil, func() bool { rssEnd = rssBytes(b); return true }, func(i int) {
 			if i+1 == early {
 				rssEarly = rssBytes(b)

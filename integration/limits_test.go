@@ -85,12 +85,15 @@ func TestResultTooLargeRunsOnce(t *testing.T) {
 	big := strings.Repeat("r", 400*1024)
 	metrics := worker.NewMetrics(nil)
 	stop := runWorker(t, e, worker.Config{
-		Store: store, Metrics: metrics, HoldFor: 2 * time.Second, MinRetryBackoff: 200 * time.Millisecond,
-		Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),
-		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-			effects.Add(1)
-			return big, nil
-		}),
+		HoldFor: 2 * time.Second,
+		Protocol: worker.Protocol{
+			Store: store, Metrics: metrics, MinRetryBackoff: 200 * time.Millisecond,
+			Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),
+			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+				effects.Add(1)
+				return big, nil
+			}),
+		},
 	})
 	key := awstest.Name("big")
 	e.send(key)
@@ -175,10 +178,12 @@ func TestRedriveKeepsTheMessageIDKey(t *testing.T) {
 	}
 	var effects atomic.Int32
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{Metrics: metrics, Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-		effects.Add(1)
-		return "charged again", nil
-	})})
+	stop := runWorker(t, e, worker.Config{
+		Protocol: worker.Protocol{Metrics: metrics, Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+			effects.Add(1)
+			return "charged again", nil
+		}),
+		}})
 	waitFor(t, 30*time.Second, "the redriven message to be handled", func() bool {
 		return metrics.Count(worker.OutcomeDuplicate)+metrics.Count(worker.OutcomeCompleted) > 0
 	})
@@ -216,7 +221,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		return "charged", nil
 	})
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
+	stop := runWorker(t, e, worker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
 	waitFor(t, 30*time.Second, "the payment to be dead-lettered", func() bool { return metrics.Count(worker.OutcomeDeadLettered) > 0 })
 	e.waitDrained(30 * time.Second)
 	stop()
@@ -236,7 +241,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		t.Fatalf("redrive: %+v %v", r, err)
 	}
 	metrics = worker.NewMetrics(nil)
-	stop = runWorker(t, e, worker.Config{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler})
+	stop = runWorker(t, e, worker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
 	waitFor(t, 30*time.Second, "the redriven payment to be handled", func() bool {
 		return metrics.Count(worker.OutcomeCompleted)+metrics.Count(worker.OutcomeDeadLettered) > 0
 	})

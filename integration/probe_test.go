@@ -42,22 +42,24 @@ func TestProbeIgnoringItsContext(t *testing.T) {
 	logs := &syncBuffer{}
 	const shutdown = 2 * time.Second
 	w, err := worker.New(context.Background(), worker.Config{
-		QueueURL: e.queueURL, SQS: e.sqs, Store: memory.New(memory.Config{}),
+		QueueURL: e.queueURL, SQS: e.sqs,
 		Concurrency: 4, WaitTime: time.Second, ShutdownTimeout: shutdown,
 		HoldFor: time.Millisecond, BreakerThreshold: 1, ProbeInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-			switch {
-			case m.Body == "fail" && !recovered.Load():
-				fails.Add(1)
-				return "", worker.Dependency("provider", errors.New("down"))
-			case m.Body == "stuck":
-				started <- m.ID
-				<-release // ignores its context
-			}
-			handled.Store(m.Body, struct{}{})
-			return "ok", nil
-		}),
+		Protocol: worker.Protocol{Store: memory.New(memory.Config{}),
+			Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+				switch {
+				case m.Body == "fail" && !recovered.Load():
+					fails.Add(1)
+					return "", worker.Dependency("provider", errors.New("down"))
+				case m.Body == "stuck":
+					started <- m.ID
+					<-release // ignores its context
+				}
+				handled.Store(m.Body, struct{}{})
+				return "ok", nil
+			}),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -100,8 +100,11 @@ func TestLambdaClockSkew(t *testing.T) {
 	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(px.URL) })
 	var handled atomic.Int32
 	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		Store: memory.New(memory.Config{}), SQS: client, QueueURL: e.queueURL, EMF: io.Discard,
-		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { handled.Add(1); return "ok", nil }),
+		SQS: client, QueueURL: e.queueURL, EMF: io.Discard,
+		Protocol: worker.Protocol{
+			Store:   memory.New(memory.Config{}),
+			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { handled.Add(1); return "ok", nil }),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

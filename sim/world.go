@@ -702,16 +702,18 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 	cfg := worker.Config{
 		QueueURL:        w.src,
 		SQS:             gatedSQS{n: n, api: w.sqs},
-		Store:           store,
-		Handler:         handler,
-		Decoder:         decoder,
 		Concurrency:     4,
 		ShutdownTimeout: 10 * time.Second,
-		OutageCover:     outageCover,
 		HoldFor:         2 * time.Minute,
-		Owner:           n.name,
-		Logger:          slog.New(slog.DiscardHandler),
-		Now:             n.clock,
+		Protocol: worker.Protocol{
+			Store:       store,
+			Handler:     handler,
+			Decoder:     decoder,
+			OutageCover: outageCover,
+			Owner:       n.name,
+			Logger:      slog.New(slog.DiscardHandler),
+			Now:         n.clock,
+		},
 	}
 	if w.burst {
 		// Every retry goes back through the queue and spends a receive.

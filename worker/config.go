@@ -21,21 +21,14 @@ const MaxVisibility = 12 * time.Hour
 
 // Config configures a Worker.
 type Config struct {
+	// Protocol is the per-message protocol's settings (Store, Handler,
+	// Decoder, Retention, ...), shared with LambdaConfig; its fields are
+	// Config's too.
+	Protocol
 	// QueueURL is the source queue. Required.
 	QueueURL string
 	// SQS is the SQS client, usually sqs.NewFromConfig. Required.
 	SQS SQSAPI
-	// Store holds the claims. Required.
-	Store claimstore.Store
-	// Handler does each message's work. Required.
-	Handler Handler
-	// Decoder validates a message and chooses its idempotency key. Defaults
-	// to KeyFromMessageID.
-	Decoder Decoder
-	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
-	// events as they arrived. Defaults to false: their envelopes are taken
-	// off first (see UnwrapEnvelopes).
-	KeepEnvelopes bool
 	// Concurrency is how many messages are processed at once, at most
 	// MaxConcurrency. Defaults to 16.
 	Concurrency int
@@ -51,9 +44,6 @@ type Config struct {
 	// HeartbeatInterval is how often visibility and lease are extended while
 	// a handler runs. Defaults to a third of VisibilityTimeout.
 	HeartbeatInterval time.Duration
-	// Retention is how long completed keys are remembered. It must be at
-	// least the queue's retention. Defaults to DefaultRetention.
-	Retention time.Duration
 	// ShutdownTimeout bounds how long Run takes to return after its context
 	// ends, whatever the pollers and handlers do: in-flight messages get all
 	// of it but a quarter (at most 5s), then their contexts are cancelled so
@@ -62,17 +52,6 @@ type Config struct {
 	// reappears when its visibility ends) and returning ErrShutdownTimeout.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration
-	// MinRetryBackoff is the delay before the first retry of a failed
-	// step, in process or through the queue. Defaults to 1s.
-	MinRetryBackoff time.Duration
-	// MaxRetryBackoff caps the visibility delay of a message returned to
-	// the queue after a failure. Defaults to 12h less a second (SQS's cap).
-	MaxRetryBackoff time.Duration
-	// OutageCover is the dependency outage a message must survive before
-	// SQS's redrive policy could dead-letter it: the visibility delays after
-	// failed receives grow so that the receives left (the queue's
-	// maxReceiveCount, read at start) span at least this long. Defaults to 1h.
-	OutageCover time.Duration
 	// HoldFor is how long a message whose step failed retryably is held
 	// (visibility extended, claim kept) and retried in process before it is
 	// returned to the queue, spending a receive. Defaults to 15m.
@@ -93,7 +72,47 @@ type Config struct {
 	DeleteDelay time.Duration
 	// WaitTime is the long poll's wait. Defaults to 20s.
 	WaitTime time.Duration
-	// Owner names this worker instance in claims. Defaults to host/pid/random.
+	// ClockSkewMax is the largest offset of this process's clock from AWS's
+	// (measured from the Date of SQS's answers) at which the worker claims
+	// messages; beyond it the worker claims nothing, and /readyz answers 503,
+	// until the clock agrees again. It must be less than LeaseMargin, which
+	// covers it. Negative: no check. Defaults to half of LeaseMargin.
+	ClockSkewMax time.Duration
+}
+
+// Protocol configures the per-message protocol that Worker and Lambda share:
+// the claim store, the handler and its decoder, how long completed keys are
+// remembered, the retry schedule, and the process's identity, logs,
+// metrics, traces and clock. Config and LambdaConfig embed it.
+type Protocol struct {
+	// Store holds the claims. Required.
+	Store claimstore.Store
+	// Handler does each message's work. Required.
+	Handler Handler
+	// Decoder validates a message and chooses its idempotency key. Defaults
+	// to KeyFromMessageID.
+	Decoder Decoder
+	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
+	// events as they arrived. Defaults to false: their envelopes are taken
+	// off first (see UnwrapEnvelopes).
+	KeepEnvelopes bool
+	// Retention is how long completed keys are remembered. It must be at
+	// least the queue's retention. Defaults to DefaultRetention of the
+	// queue; a Lambda without a QueueURL cannot read the queue and requires
+	// it.
+	Retention time.Duration
+	// MinRetryBackoff is the delay before the first retry of a failed
+	// step, in process or through the queue. Defaults to 1s.
+	MinRetryBackoff time.Duration
+	// MaxRetryBackoff caps the visibility delay of a message returned to
+	// the queue after a failure. Defaults to 12h less a second (SQS's cap).
+	MaxRetryBackoff time.Duration
+	// OutageCover is the dependency outage a message must survive before
+	// SQS's redrive policy could dead-letter it: the visibility delays after
+	// failed receives grow so that the receives left (the queue's
+	// maxReceiveCount, read at start) span at least this long. Defaults to 1h.
+	OutageCover time.Duration
+	// Owner names this instance in claims. Defaults to host/pid/random.
 	Owner string
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -106,12 +125,6 @@ type Config struct {
 	// the producer's trace as parent when the message carries a traceparent
 	// attribute (see SpanMessage). Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
-	// ClockSkewMax is the largest offset of this process's clock from AWS's
-	// (measured from the Date of SQS's answers) at which the worker claims
-	// messages; beyond it the worker claims nothing, and /readyz answers 503,
-	// until the clock agrees again. It must be less than LeaseMargin, which
-	// covers it. Negative: no check. Defaults to half of LeaseMargin.
-	ClockSkewMax time.Duration
 	// Now is the clock every protocol step reads: lease ends, backoffs,
 	// takeover decisions, the claims' lease_until, expires_at and first_at
 	// (the claim store reads its own Config.Now). Tests, a simulator and the
@@ -144,7 +157,7 @@ const (
 
 // setDefaults fills the fields that do not depend on the queue.
 func (c *Config) setDefaults() {
-	c.protocol().setDefaults()
+	c.Protocol.setDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -171,63 +184,34 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// protocol returns c's protocol settings.
-func (c *Config) protocol() protocolFields {
-	return protocolFields{
-		store: &c.Store, handler: &c.Handler, decoder: &c.Decoder, keepEnvelopes: c.KeepEnvelopes,
-		retention: &c.Retention, minBackoff: &c.MinRetryBackoff, maxBackoff: &c.MaxRetryBackoff,
-		cover: &c.OutageCover, owner: &c.Owner, logger: &c.Logger, metrics: &c.Metrics, now: &c.Now,
-		tracerProvider: &c.TracerProvider, onReplay: &c.OnReplay,
+// setDefaults fills the protocol settings' defaults.
+func (f *Protocol) setDefaults() {
+	if f.Decoder == nil {
+		f.Decoder = KeyFromMessageID
 	}
-}
-
-// protocolFields are the settings of the per-message protocol that Config
-// and LambdaConfig share, by reference, so that their defaults and the
-// processor they make are written once.
-type protocolFields struct {
-	store                  *claimstore.Store
-	handler                *Handler
-	retention              *time.Duration
-	tracerProvider         *trace.TracerProvider
-	onReplay               *func(context.Context, Replay)
-	decoder                *Decoder
-	keepEnvelopes          bool
-	minBackoff, maxBackoff *time.Duration
-	cover                  *time.Duration
-	owner                  *string
-	logger                 **slog.Logger
-	metrics                **Metrics
-	now                    *func() time.Time
-}
-
-// setDefaults fills the shared settings' defaults.
-func (f protocolFields) setDefaults() {
-	if *f.decoder == nil {
-		*f.decoder = KeyFromMessageID
+	if !f.KeepEnvelopes {
+		f.Decoder = UnwrapEnvelopes(f.Decoder)
 	}
-	if !f.keepEnvelopes {
-		*f.decoder = UnwrapEnvelopes(*f.decoder)
+	if f.MinRetryBackoff == 0 {
+		f.MinRetryBackoff = time.Second
 	}
-	if *f.minBackoff == 0 {
-		*f.minBackoff = time.Second
+	if f.MaxRetryBackoff == 0 {
+		f.MaxRetryBackoff = MaxVisibility - time.Second
 	}
-	if *f.maxBackoff == 0 {
-		*f.maxBackoff = MaxVisibility - time.Second
+	if f.OutageCover == 0 {
+		f.OutageCover = DefaultOutageCover
 	}
-	if *f.cover == 0 {
-		*f.cover = DefaultOutageCover
+	if f.Owner == "" {
+		f.Owner = DefaultOwner()
 	}
-	if *f.owner == "" {
-		*f.owner = DefaultOwner()
+	if f.Logger == nil {
+		f.Logger = slog.Default()
 	}
-	if *f.logger == nil {
-		*f.logger = slog.Default()
+	if f.Metrics == nil {
+		f.Metrics = NewMetrics(nil)
 	}
-	if *f.metrics == nil {
-		*f.metrics = NewMetrics(nil)
-	}
-	if *f.now == nil {
-		*f.now = time.Now
+	if f.Now == nil {
+		f.Now = time.Now
 	}
 }
 
@@ -405,13 +389,13 @@ func joinConfig(errs []error) error {
 
 // processor returns the per-message protocol with f's settings for queue q
 // (maxHold: the longest delay between in-process retries; none in Lambda).
-func (f protocolFields) processor(log *slog.Logger, q QueueInfo, maxHold time.Duration) *processor {
+func (f *Protocol) processor(log *slog.Logger, q QueueInfo, maxHold time.Duration) *processor {
 	return &processor{
-		store: *f.store, handler: *f.handler, decoder: *f.decoder, owner: *f.owner,
-		retention: *f.retention, minBackoff: *f.minBackoff, maxHold: maxHold,
-		schedule:   newSchedule(*f.minBackoff, *f.maxBackoff, *f.cover, q.MaxReceiveCount),
-		deferSlack: time.Second, metrics: *f.metrics, log: log, now: *f.now,
-		tracer: newTracer(*f.tracerProvider), onReplay: *f.onReplay,
+		store: f.Store, handler: f.Handler, decoder: f.Decoder, owner: f.Owner,
+		retention: f.Retention, minBackoff: f.MinRetryBackoff, maxHold: maxHold,
+		schedule:   newSchedule(f.MinRetryBackoff, f.MaxRetryBackoff, f.OutageCover, q.MaxReceiveCount),
+		deferSlack: time.Second, metrics: f.Metrics, log: log, now: f.Now,
+		tracer: newTracer(f.TracerProvider), onReplay: f.OnReplay,
 	}
 }
 

@@ -98,15 +98,18 @@ func TestLambdaEMF(t *testing.T) {
 	clock := func() time.Time { return time.UnixMilli(now.Load()) }
 	metrics := NewMetrics(nil)
 	l, err := NewLambda(context.Background(), LambdaConfig{
-		Store: memory.New(memory.Config{}), Retention: time.Hour,
-		Logger: slog.New(slog.DiscardHandler), Metrics: metrics, EMF: &out,
-		Now: clock,
-		Handler: HandlerFunc(func(_ context.Context, m *Message) (string, error) {
-			if m.Body == "fail" {
-				return "", errors.New("downstream unavailable")
-			}
-			return "done", nil
-		}),
+		EMF: &out,
+		Protocol: Protocol{
+			Store: memory.New(memory.Config{}), Retention: time.Hour,
+			Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
+			Now: clock,
+			Handler: HandlerFunc(func(_ context.Context, m *Message) (string, error) {
+				if m.Body == "fail" {
+					return "", errors.New("downstream unavailable")
+				}
+				return "done", nil
+			}),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -49,15 +49,17 @@ func run(ctx context.Context) error {
 	w, err := worker.New(ctx, worker.Config{
 		QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/emails",
 		SQS:      sqs.NewFromConfig(cfg),
-		Store:    store,
-		// Key each message by its SQS message id; a Decoder can use a
-		// business key from the body instead.
-		Decoder: worker.KeyFromMessageID,
-		Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
-			// m.Key is claimed by this worker alone until it returns;
-			// pass it (and m.Token) downstream.
-			return sendEmail(ctx, m.Key, m.Body)
-		}),
+		Protocol: worker.Protocol{
+			Store: store,
+			// Key each message by its SQS message id; a Decoder can use a
+			// business key from the body instead.
+			Decoder: worker.KeyFromMessageID,
+			Handler: worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
+				// m.Key is claimed by this worker alone until it returns;
+				// pass it (and m.Token) downstream.
+				return sendEmail(ctx, m.Key, m.Body)
+			}),
+		},
 	})
 	if err != nil {
 		return err
@@ -70,17 +72,19 @@ func run(ctx context.Context) error {
 func ExampleLambda_Handle() {
 	var calls atomic.Int32
 	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		Store:     memory.New(memory.Config{}),
-		Retention: 7 * 24 * time.Hour,
-		Logger:    slog.New(slog.DiscardHandler),
-		EMF:       io.Discard, // in Lambda, leave it nil: metrics go to stdout
-		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-			calls.Add(1)
-			if m.Body == "fail" {
-				return "", fmt.Errorf("downstream unavailable")
-			}
-			return "done", nil
-		}),
+		EMF: io.Discard, // in Lambda, leave it nil: metrics go to stdout
+		Protocol: worker.Protocol{
+			Store:     memory.New(memory.Config{}),
+			Retention: 7 * 24 * time.Hour,
+			Logger:    slog.New(slog.DiscardHandler),
+			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+				calls.Add(1)
+				if m.Body == "fail" {
+					return "", fmt.Errorf("downstream unavailable")
+				}
+				return "done", nil
+			}),
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

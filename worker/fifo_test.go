@@ -298,7 +298,9 @@ func TestLambdaFIFO(t *testing.T) {
 			}
 			metrics := NewMetrics(nil)
 			l, err := NewLambda(context.Background(), LambdaConfig{
-				Store: memory.New(memory.Config{}), Handler: rec, Retention: time.Hour, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+				Protocol: Protocol{
+					Store: memory.New(memory.Config{}), Handler: rec, Retention: time.Hour, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+				},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -81,8 +81,11 @@ func TestJMESPathKeysThroughEnvelopes(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
 			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-				Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
-				KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler), EMF: io.Discard,
+				EMF: io.Discard,
+				Protocol: worker.Protocol{
+					Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
+					KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
+				},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -121,12 +124,15 @@ func ExampleKeyFromJMESPath() {
 		panic(err)
 	}
 	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		Store: memory.New(memory.Config{}), Retention: 24 * time.Hour, Decoder: dec,
-		Logger: slog.New(slog.DiscardHandler), EMF: io.Discard,
-		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-			fmt.Println("charging", m.Key, "from", m.Envelope)
-			return "charged", nil
-		}),
+		EMF: io.Discard,
+		Protocol: worker.Protocol{
+			Store: memory.New(memory.Config{}), Retention: 24 * time.Hour, Decoder: dec,
+			Logger: slog.New(slog.DiscardHandler),
+			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+				fmt.Println("charging", m.Key, "from", m.Envelope)
+				return "charged", nil
+			}),
+		},
 	})
 	if err != nil {
 		panic(err)

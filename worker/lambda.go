@@ -14,24 +14,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/claimfirst/claimfirst/claimstore"
 )
 
 // LambdaConfig configures a Lambda: the same protocol as Worker, for SQS
 // events delivered by a Lambda event source mapping.
 type LambdaConfig struct {
-	// Store holds the claims. Required.
-	Store claimstore.Store
-	// Handler does each message's work. Required.
-	Handler Handler
-	// Decoder validates a message and chooses its key. Defaults to KeyFromMessageID.
-	Decoder Decoder
-	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
-	// events as they arrived. Defaults to false: their envelopes are taken
-	// off first (see UnwrapEnvelopes).
-	KeepEnvelopes bool
+	// Protocol is the per-message protocol's settings, as for Worker: its
+	// fields are LambdaConfig's too.
+	Protocol
 	// SQS, with QueueURL, lets the function move poison records to the
 	// queue's dead-letter queue at once and set a retried or deferred
 	// record's visibility; without them those records are reported as batch
@@ -40,35 +30,17 @@ type LambdaConfig struct {
 	SQS SQSAPI
 	// QueueURL is the event source queue. Defaults to "".
 	QueueURL string
-	// Retention is how long completed keys are remembered. Required unless
-	// QueueURL is set, in which case it defaults to DefaultRetention and must
-	// be at least the queue's retention.
-	Retention time.Duration
 	// Concurrency is how many records of a batch are processed at once.
 	// Defaults to 10.
 	Concurrency int
 	// LeaseMargin is how long before the invocation's deadline the claims'
 	// leases end. Defaults to 2s.
 	LeaseMargin time.Duration
-	// MinRetryBackoff and MaxRetryBackoff bound the visibility delay before
-	// a failed record is retried (when SQS is set), and OutageCover sizes
-	// the delays from the queue's maxReceiveCount as for Worker. Default to
-	// 1s, 12h less a second, and 1h.
-	MinRetryBackoff, MaxRetryBackoff, OutageCover time.Duration
-	// Owner names this instance in claims. Defaults to host/pid/random.
-	Owner string
-	// Logger receives structured logs. Defaults to slog.Default().
-	Logger *slog.Logger
-	// Metrics receives counts. Defaults to unregistered metrics.
-	Metrics *Metrics
 	// EMF receives the outcome counts after each invocation, as one line
 	// of CloudWatch Embedded Metric Format (namespace EMFNamespace; see
 	// docs/runbook.md). Defaults to os.Stdout, which Lambda sends to
 	// CloudWatch Logs; io.Discard writes none.
 	EMF io.Writer
-	// TracerProvider traces each record as Config.TracerProvider does.
-	// Defaults to nil: no spans.
-	TracerProvider trace.TracerProvider
 	// ClockSkewMax is the largest offset of this process's clock from AWS's
 	// at which records are claimed, as for Worker: beyond it every record
 	// of a batch is reported back unclaimed with a short visibility. The
@@ -76,24 +48,6 @@ type LambdaConfig struct {
 	// SQS and QueueURL (without them there is none). It must be less than
 	// LeaseMargin. Negative: no check. Defaults to half of LeaseMargin.
 	ClockSkewMax time.Duration
-	// Now is the clock every protocol step reads: lease ends, backoffs,
-	// takeover decisions, the claims' lease_until, expires_at and first_at
-	// (the claim store reads its own Config.Now). Tests, a simulator and the
-	// clock-skew check move it. Defaults to time.Now.
-	Now func() time.Time
-	// OnReplay is called for every record of a key completed already, as
-	// Config.OnReplay. Defaults to nil.
-	OnReplay func(ctx context.Context, r Replay)
-}
-
-// protocol returns cfg's protocol settings, the ones Config has too.
-func (cfg *LambdaConfig) protocol() protocolFields {
-	return protocolFields{
-		store: &cfg.Store, handler: &cfg.Handler, decoder: &cfg.Decoder, keepEnvelopes: cfg.KeepEnvelopes,
-		retention: &cfg.Retention, minBackoff: &cfg.MinRetryBackoff, maxBackoff: &cfg.MaxRetryBackoff,
-		cover: &cfg.OutageCover, owner: &cfg.Owner, logger: &cfg.Logger, metrics: &cfg.Metrics, now: &cfg.Now,
-		tracerProvider: &cfg.TracerProvider, onReplay: &cfg.OnReplay,
-	}
 }
 
 // DefaultLambdaConcurrency is LambdaConfig.Concurrency's default.
@@ -120,7 +74,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.ClockSkewMax == 0 {
 		cfg.ClockSkewMax = cfg.LeaseMargin / 2
 	}
-	cfg.protocol().setDefaults()
+	cfg.Protocol.setDefaults()
 	var errs []error
 	if cfg.Store == nil {
 		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
@@ -168,7 +122,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	l.proc = l.cfg.protocol().processor(l.log, l.queue, 0)
+	l.proc = l.cfg.Protocol.processor(l.log, l.queue, 0)
 	l.proc.skew = skew
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil

@@ -380,7 +380,7 @@ func TestScheduleCoversTheOutage(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := New(context.Background(), Config{Concurrency: -1, MaxRetryBackoff: time.Millisecond, MinRetryBackoff: time.Second})
+	_, err := New(context.Background(), Config{Concurrency: -1, Protocol: Protocol{MaxRetryBackoff: time.Millisecond, MinRetryBackoff: time.Second}})
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
 	}

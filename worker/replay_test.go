@@ -50,14 +50,17 @@ func TestReplayHookAndTypedResult(t *testing.T) {
 			)
 			metrics := worker.NewMetrics(nil)
 			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-				Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler), EMF: io.Discard, Metrics: metrics,
-				Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
-					return receipt{ChargeID: "ch_" + m.Key, Amount: 1999}, nil
-				}},
-				OnReplay: func(_ context.Context, r worker.Replay) {
-					mu.Lock()
-					defer mu.Unlock()
-					replays = append(replays, r)
+				EMF: io.Discard,
+				Protocol: worker.Protocol{
+					Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
+					Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
+						return receipt{ChargeID: "ch_" + m.Key, Amount: 1999}, nil
+					}},
+					OnReplay: func(_ context.Context, r worker.Replay) {
+						mu.Lock()
+						defer mu.Unlock()
+						replays = append(replays, r)
+					},
 				},
 			})
 			if err != nil {
@@ -112,13 +115,16 @@ func ExampleReplay() {
 		panic(err)
 	}
 	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		Store: store, Retention: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler), EMF: io.Discard,
-		Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
-			return receipt{ChargeID: "ch_1", Amount: 1999}, nil
-		}},
-		OnReplay: func(_ context.Context, r worker.Replay) {
-			v, err := worker.DecodeResult[receipt](nil, r.Key, r.Result)
-			fmt.Printf("replayed %s from %s: %+v %v\n", r.Key, r.Source, v, err)
+		EMF: io.Discard,
+		Protocol: worker.Protocol{
+			Store: store, Retention: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
+			Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
+				return receipt{ChargeID: "ch_1", Amount: 1999}, nil
+			}},
+			OnReplay: func(_ context.Context, r worker.Replay) {
+				v, err := worker.DecodeResult[receipt](nil, r.Key, r.Result)
+				fmt.Printf("replayed %s from %s: %+v %v\n", r.Key, r.Source, v, err)
+			},
 		},
 	})
 	if err != nil {

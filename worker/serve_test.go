@@ -21,7 +21,7 @@ func TestHTTPHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	w := &Worker{
-		cfg:   Config{Metrics: m},
+		cfg:   Config{Protocol: Protocol{Metrics: m}},
 		ready: make(chan struct{}),
 		stop:  make(chan struct{}),
 		proc:  &processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler), time.Now)},
