@@ -159,7 +159,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 1: a duplicate arrives while the first copy is being charged",
 			"Both copies pass the check before either is remembered; only a claim that one caller can win charges each payment once.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Race(ctx, o)
+				r, err := runRace(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -167,7 +167,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 2: the provider fails some first attempts; the broker redelivers",
 			"A claim kept after a failure makes the redelivery skip the payment, which is never charged; releasing it lets the redelivery take over.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Release(ctx, o)
+				r, err := runRelease(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -175,7 +175,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 3: a worker dies between claim and charge; the broker redelivers",
 			"No release code runs in a crash: a claim without a lease blocks the redelivery until the message is dead-lettered; a lease that ends with the visibility timeout lets the redelivery take over with the next fencing token.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Lease(ctx, o)
+				r, err := runLease(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -183,7 +183,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 4: the provider charges but the answer times out; the client retries",
 			"Only the provider knows whether it charged: a retry without the key charges again, a retry with the same Idempotency-Key gets the first charge back.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Key(ctx, o)
+				r, err := runKey(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -191,7 +191,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 5: natural idempotency: a shipment message delivered twice",
 			"Adding one on each delivery ships a duplicate again; a write that states the new state, or a transition conditioned on the old one, is idempotent without a claim, and the condition also tells the duplicate apart.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Natural(ctx, o)
+				r, err := runNatural(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -200,7 +200,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 				opts.Payments/redeliverEvery),
 			"A claim that is forgotten before the last redelivery can arrive lets the late duplicate in as a new payment; claims must be kept longer than the queue keeps a message.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Remember(ctx, o)
+				r, err := runRemember(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 7: a worker dies between the database write and the claim's completion",
 			"Written first and completed after, the entry is written again by the redelivery that takes the dead worker's claim over; committed in one transaction with the claim's completion, it is written with it or not at all.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Ledger(ctx, o)
+				r, err := runLedger(ctx, o)
 				return r.rows(), err
 			},
 		},
@@ -216,7 +216,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"Experiment 8: the provider forgets keys after 24 hours; a retry comes later (simulated clock)",
 			"The key protects a retry only while the provider remembers it. A retry whose claim was first acquired longer ago than the key lifetime looks the charge up and completes with it instead of charging again.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
-				r, err := Forget(ctx, o)
+				r, err := runForget(ctx, o)
 				return r.rows(), err
 			},
 		},

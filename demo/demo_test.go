@@ -1,4 +1,4 @@
-package demo_test
+package demo
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/claimfirst/claimfirst/demo"
 )
 
 func TestMain(m *testing.M) {
@@ -21,7 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 // payments is the size of the experiments in tests: small, yet 1 in 50 is 8.
-const payments = 400
+const testPayments = 400
 
 func TestRace(t *testing.T) {
 	t.Parallel()
@@ -31,31 +29,31 @@ func TestRace(t *testing.T) {
 	const tries = 3
 	raced := false
 	for try := 1; try <= tries && !raced; try++ {
-		res, err := demo.Race(t.Context(), demo.Options{Payments: payments, Seed: int64(try)})
+		res, err := runRace(t.Context(), Options{Payments: testPayments, Seed: int64(try)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		deliveries := payments + payments/20
-		for _, r := range []demo.RaceRow{res.NoDedup, res.CheckThenAct, res.ClaimFirst} {
-			if r.Deliveries != deliveries || r.Payments != payments {
-				t.Fatalf("deliveries %d, payments %d; want %d, %d", r.Deliveries, r.Payments, deliveries, payments)
+		deliveries := testPayments + testPayments/20
+		for _, r := range []raceRow{res.NoDedup, res.CheckThenAct, res.ClaimFirst} {
+			if r.Deliveries != deliveries || r.Payments != testPayments {
+				t.Fatalf("deliveries %d, payments %d; want %d, %d", r.Deliveries, r.Payments, deliveries, testPayments)
 			}
 		}
 		if res.NoDedup.Charges != deliveries {
 			t.Errorf("no deduplication: charges %d, want one per delivery, %d", res.NoDedup.Charges, deliveries)
 		}
-		if c := res.CheckThenAct.Charges; c < payments || c > deliveries {
-			t.Errorf("check, charge, then remember: charges %d, want %d to %d", c, payments, deliveries)
+		if c := res.CheckThenAct.Charges; c < testPayments || c > deliveries {
+			t.Errorf("check, charge, then remember: charges %d, want %d to %d", c, testPayments, deliveries)
 		}
-		if res.ClaimFirst.Charges != payments {
-			t.Errorf("claim first: charges %d, want exactly one per payment, %d", res.ClaimFirst.Charges, payments)
+		if res.ClaimFirst.Charges != testPayments {
+			t.Errorf("claim first: charges %d, want exactly one per payment, %d", res.ClaimFirst.Charges, testPayments)
 		}
 		if res.ClaimFirst.Receives <= deliveries {
 			t.Errorf("claim first: receives %d, want more than %d deliveries: a copy that finds the claim held is deferred and received again",
 				res.ClaimFirst.Receives, deliveries)
 		}
-		raced = res.CheckThenAct.Charges > payments
-		t.Logf("try %d: check, charge, then remember charged %d for %d payments", try, res.CheckThenAct.Charges, payments)
+		raced = res.CheckThenAct.Charges > testPayments
+		t.Logf("try %d: check, charge, then remember charged %d for %d payments", try, res.CheckThenAct.Charges, testPayments)
 	}
 	if !raced {
 		t.Errorf("check, charge, then remember charged each payment once in %d tries: the duplicates never raced the first copies", tries)
@@ -64,52 +62,52 @@ func TestRace(t *testing.T) {
 
 func TestRelease(t *testing.T) {
 	t.Parallel()
-	res, err := demo.Release(t.Context(), demo.Options{Payments: payments, Seed: 7})
+	res, err := runRelease(t.Context(), Options{Payments: testPayments, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := payments / 50
+	failed := testPayments / 50
 	keep, rel := res.ClaimThenCharge, res.ReleaseOnFailure
-	for _, r := range []demo.ReleaseRow{keep, rel} {
-		if r.Payments != payments || r.FailedFirst != failed {
-			t.Fatalf("payments %d, first attempts failed %d; want %d, %d", r.Payments, r.FailedFirst, payments, failed)
+	for _, r := range []releaseRow{keep, rel} {
+		if r.Payments != testPayments || r.FailedFirst != failed {
+			t.Fatalf("payments %d, first attempts failed %d; want %d, %d", r.Payments, r.FailedFirst, testPayments, failed)
 		}
 	}
-	if keep.Charges != payments-failed || keep.Skipped != failed || keep.Takeovers != 0 {
+	if keep.Charges != testPayments-failed || keep.Skipped != failed || keep.Takeovers != 0 {
 		t.Errorf("claim, then charge: charges %d, skipped %d, takeovers %d; want %d, %d, 0",
-			keep.Charges, keep.Skipped, keep.Takeovers, payments-failed, failed)
+			keep.Charges, keep.Skipped, keep.Takeovers, testPayments-failed, failed)
 	}
-	if rel.Charges != payments || rel.Skipped != 0 || rel.Takeovers != failed {
+	if rel.Charges != testPayments || rel.Skipped != 0 || rel.Takeovers != failed {
 		t.Errorf("release on failure: charges %d, skipped %d, takeovers %d; want %d, 0, %d",
-			rel.Charges, rel.Skipped, rel.Takeovers, payments, failed)
+			rel.Charges, rel.Skipped, rel.Takeovers, testPayments, failed)
 	}
 }
 
 func TestLease(t *testing.T) {
 	t.Parallel()
-	res, err := demo.Lease(t.Context(), demo.Options{Payments: payments, Seed: 3})
-	checkLease(t, res, err, payments)
+	res, err := runLease(t.Context(), Options{Payments: testPayments, Seed: 3})
+	checkLease(t, res, err, testPayments)
 }
 
-func checkLease(t *testing.T, res demo.LeaseResult, err error, payments int) {
+func checkLease(t *testing.T, res leaseResult, err error, payments int) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed := payments / 50
+	crashed := testPayments / 50
 	without, with := res.WithoutLease, res.WithLease
-	for _, r := range []demo.LeaseRow{without, with} {
-		if r.Payments != payments || r.Crashed != crashed {
-			t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, payments, crashed)
+	for _, r := range []leaseRow{without, with} {
+		if r.Payments != testPayments || r.Crashed != crashed {
+			t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, testPayments, crashed)
 		}
 	}
-	if without.Charges != payments-crashed || without.DeadLettered != crashed || without.Takeovers != 0 {
+	if without.Charges != testPayments-crashed || without.DeadLettered != crashed || without.Takeovers != 0 {
 		t.Errorf("claim without lease: charges %d, dead-lettered %d, takeovers %d; want %d, %d, 0",
-			without.Charges, without.DeadLettered, without.Takeovers, payments-crashed, crashed)
+			without.Charges, without.DeadLettered, without.Takeovers, testPayments-crashed, crashed)
 	}
-	if with.Charges != payments || with.DeadLettered != 0 || with.Takeovers != crashed {
+	if with.Charges != testPayments || with.DeadLettered != 0 || with.Takeovers != crashed {
 		t.Errorf("claim with lease: charges %d, dead-lettered %d, takeovers %d; want %d, 0, %d",
-			with.Charges, with.DeadLettered, with.Takeovers, payments, crashed)
+			with.Charges, with.DeadLettered, with.Takeovers, testPayments, crashed)
 	}
 }
 
@@ -117,23 +115,23 @@ func TestKey(t *testing.T) {
 	t.Parallel()
 	// A charge whose answer outlasts the client's timeout is charged again
 	// without the key, so the injected timeouts must be the only ones.
-	opts := demo.WithAttemptTimeout(demo.Options{Payments: payments, Seed: 5}, time.Second)
-	res, err := demo.Key(t.Context(), opts)
+	opts := WithAttemptTimeout(Options{Payments: testPayments, Seed: 5}, time.Second)
+	res, err := runKey(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	timeouts := payments / 50
+	timeouts := testPayments / 50
 	without, with := res.WithoutKey, res.WithKey
-	for _, r := range []demo.KeyRow{without, with} {
-		if r.Payments != payments || r.Timeouts != timeouts {
-			t.Fatalf("payments %d, timeouts %d; want %d, %d", r.Payments, r.Timeouts, payments, timeouts)
+	for _, r := range []keyRow{without, with} {
+		if r.Payments != testPayments || r.Timeouts != timeouts {
+			t.Fatalf("payments %d, timeouts %d; want %d, %d", r.Payments, r.Timeouts, testPayments, timeouts)
 		}
 	}
-	if without.Charges != payments+timeouts || without.Replays != 0 {
-		t.Errorf("retry without key: charges %d, replays %d; want %d, 0", without.Charges, without.Replays, payments+timeouts)
+	if without.Charges != testPayments+timeouts || without.Replays != 0 {
+		t.Errorf("retry without key: charges %d, replays %d; want %d, 0", without.Charges, without.Replays, testPayments+timeouts)
 	}
-	if with.Charges != payments || with.Replays < timeouts {
-		t.Errorf("retry with key: charges %d, replays %d; want %d, at least %d", with.Charges, with.Replays, payments, timeouts)
+	if with.Charges != testPayments || with.Replays < timeouts {
+		t.Errorf("retry with key: charges %d, replays %d; want %d, at least %d", with.Charges, with.Replays, testPayments, timeouts)
 	}
 }
 
@@ -141,12 +139,12 @@ func TestKey(t *testing.T) {
 // the counts of the deterministic experiments repeat exactly.
 func TestSeed(t *testing.T) {
 	t.Parallel()
-	opts := demo.Options{Payments: 100, Seed: 11}
-	a, err := demo.Release(t.Context(), opts)
+	opts := Options{Payments: 100, Seed: 11}
+	a, err := runRelease(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := demo.Release(t.Context(), opts)
+	b, err := runRelease(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,17 +156,17 @@ func TestSeed(t *testing.T) {
 func TestOptionsValidation(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		opts demo.Options
+		opts Options
 		want string
 	}{
-		{demo.Options{Payments: demo.MinPayments - 1}, "Payments"},
-		{demo.Options{Payments: demo.MaxPayments + 1}, "Payments"},
-		{demo.Options{Workers: 1}, "Workers"},
-		{demo.Options{Experiment: demo.Experiments + 1}, "Experiment"},
-		{demo.Options{Experiment: -1}, "Experiment"},
+		{Options{Payments: MinPayments - 1}, "Payments"},
+		{Options{Payments: MaxPayments + 1}, "Payments"},
+		{Options{Workers: 1}, "Workers"},
+		{Options{Experiment: Experiments + 1}, "Experiment"},
+		{Options{Experiment: -1}, "Experiment"},
 	}
 	for _, tc := range tests {
-		err := demo.Run(context.Background(), tc.opts, new(bytes.Buffer))
+		err := Run(context.Background(), tc.opts, new(bytes.Buffer))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.opts, err, tc.want)
 		}
@@ -258,8 +256,8 @@ func TestRunOutput(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	const n = 100
-	opts := demo.WithAttemptTimeout(demo.Options{Payments: n, Seed: 2}, time.Second)
-	if err := demo.Run(t.Context(), opts, &out); err != nil {
+	opts := WithAttemptTimeout(Options{Payments: n, Seed: 2}, time.Second)
+	if err := Run(t.Context(), opts, &out); err != nil {
 		t.Fatal(err)
 	}
 	want := []struct {
@@ -291,8 +289,8 @@ func TestRunOutput(t *testing.T) {
 		{"look up before charging", []string{"payments", "late retries", "charges"}, n, true},
 	}
 	headings, rows := parseOutput(t, out.String())
-	if len(headings) != demo.Experiments {
-		t.Errorf("%d headings, want %d:\n%s", len(headings), demo.Experiments, out.String())
+	if len(headings) != Experiments {
+		t.Errorf("%d headings, want %d:\n%s", len(headings), Experiments, out.String())
 	}
 	for i, h := range headings {
 		if !strings.HasPrefix(h, fmt.Sprintf("Experiment %d: ", i+1)) {
@@ -335,7 +333,7 @@ func TestRunOutput(t *testing.T) {
 func TestRunOneExperiment(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := demo.Run(t.Context(), demo.Options{Payments: 100, Experiment: 3}, &out); err != nil {
+	if err := Run(t.Context(), Options{Payments: 100, Experiment: 3}, &out); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -344,10 +342,10 @@ func TestRunOneExperiment(t *testing.T) {
 	}
 }
 
-// ExampleLease shows experiment 3's numbers, which the seed fixes: a claim
+// Example_lease shows experiment 3's numbers, which the seed fixes: a claim
 // without a lease never lets the redelivery in; with a lease it takes over.
-func ExampleLease() {
-	res, err := demo.Lease(context.Background(), demo.Options{Payments: 100, Seed: 1})
+func Example_lease() {
+	res, err := runLease(context.Background(), Options{Payments: 100, Seed: 1})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,4 +1,4 @@
-package demo_test
+package demo
 
 import (
 	"context"
@@ -12,9 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
-	"github.com/claimfirst/claimfirst/demo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
-	"github.com/claimfirst/claimfirst/ledger"
+	ledgerpkg "github.com/claimfirst/claimfirst/ledger"
 )
 
 // dynamoTable returns a client and a fresh claim table on the emulator.
@@ -40,7 +39,7 @@ func TestRaceDynamoDB(t *testing.T) {
 	t.Parallel()
 	client, table := dynamoTable(t)
 	const n = 100
-	res, err := demo.Race(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.DynamoDBStores(client, table)})
+	res, err := runRace(t.Context(), Options{Payments: n, Seed: 1, NewStore: DynamoDBStores(client, table)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +85,7 @@ func TestLeaseDynamoDB(t *testing.T) {
 	t.Parallel()
 	client, table := dynamoTable(t)
 	const n = 100
-	res, err := demo.Lease(t.Context(), demo.Options{Payments: n, Seed: 4, NewStore: demo.DynamoDBStores(client, table)})
+	res, err := runLease(t.Context(), Options{Payments: n, Seed: 4, NewStore: DynamoDBStores(client, table)})
 	checkLease(t, res, err, n)
 }
 
@@ -97,15 +96,15 @@ func TestRememberDynamoDB(t *testing.T) {
 	t.Parallel()
 	client, table := dynamoTable(t)
 	const n = 100
-	res, err := demo.Remember(t.Context(), demo.Options{Payments: n, Seed: 2, NewStore: demo.DynamoDBStores(client, table)})
+	res, err := runRemember(t.Context(), Options{Payments: n, Seed: 2, NewStore: DynamoDBStores(client, table)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s := res.Short; s.Late != n/20 || s.Charges != n+n/20 || s.Double != n/20 {
-		t.Errorf("claims kept 1 hour on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", s.Late, s.Charges, s.Effects, n/20, n+n/20, n/20)
+		t.Errorf("claims kept 1 hour on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", s.Late, s.Charges, s.effects, n/20, n+n/20, n/20)
 	}
 	if l := res.PastRetention; l.Charges != n || !l.OK() || l.Duplicates != n/20 {
-		t.Errorf("claims kept past retention on DynamoDB: charges %d, %+v, duplicates %d; want %d, ok, %d", l.Charges, l.Effects, l.Duplicates, n, n/20)
+		t.Errorf("claims kept past retention on DynamoDB: charges %d, %+v, duplicates %d; want %d, ok, %d", l.Charges, l.effects, l.Duplicates, n, n/20)
 	}
 }
 
@@ -116,15 +115,15 @@ func TestForgetDynamoDB(t *testing.T) {
 	t.Parallel()
 	client, table := dynamoTable(t)
 	const n = 100
-	res, err := demo.Forget(t.Context(), demo.Options{Payments: n, Seed: 3, NewStore: demo.DynamoDBStores(client, table)})
+	res, err := runForget(t.Context(), Options{Payments: n, Seed: 3, NewStore: DynamoDBStores(client, table)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := res.RetryWithKey; b.Late != n/50 || b.Charges != n+n/50 || b.Double != n/50 {
-		t.Errorf("retry with the forgotten key on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", b.Late, b.Charges, b.Effects, n/50, n+n/50, n/50)
+		t.Errorf("retry with the forgotten key on DynamoDB: late %d, charges %d, %+v; want %d, %d, double %d", b.Late, b.Charges, b.effects, n/50, n+n/50, n/50)
 	}
 	if l := res.LookUp; l.Late != n/50 || l.Charges != n || !l.OK() || l.Lookups != n/50 {
-		t.Errorf("look up on DynamoDB: late %d, charges %d, %+v, lookups %d; want %d, %d, ok, %d", l.Late, l.Charges, l.Effects, l.Lookups, n/50, n, n/50)
+		t.Errorf("look up on DynamoDB: late %d, charges %d, %+v, lookups %d; want %d, %d, ok, %d", l.Late, l.Charges, l.effects, l.Lookups, n/50, n, n/50)
 	}
 }
 
@@ -135,13 +134,13 @@ func TestLedgerDynamoDB(t *testing.T) {
 	t.Parallel()
 	client, table := dynamoTable(t)
 	ledgerTable := awstest.Name("demo-ledger")
-	if err := ledger.CreateTable(t.Context(), client, ledgerTable); err != nil {
+	if err := ledgerpkg.CreateTable(t.Context(), client, ledgerTable); err != nil {
 		t.Fatal(err)
 	}
 	const n = 100
-	res, err := demo.Ledger(t.Context(), demo.Options{
-		Payments: n, Seed: 1, NewStore: demo.DynamoDBStores(client, table),
-		Ledger: &demo.DynamoDBLedger{Client: client, Table: ledgerTable},
+	res, err := runLedger(t.Context(), Options{
+		Payments: n, Seed: 1, NewStore: DynamoDBStores(client, table),
+		Ledger: &DynamoDBLedger{Client: client, Table: ledgerTable},
 	})
 	if err != nil {
 		t.Fatal(err)

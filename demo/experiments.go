@@ -53,19 +53,19 @@ func retryingClient(timeout time.Duration) provider.Config {
 	}
 }
 
-// RaceResult is what experiment 1 measured: a duplicate delivered while the
+// raceResult is what experiment 1 measured: a duplicate delivered while the
 // first copy is still being charged, under three handlers.
-type RaceResult struct {
+type raceResult struct {
 	// NoDedup charges every delivery.
-	NoDedup RaceRow
+	NoDedup raceRow
 	// CheckThenAct looks the key up, charges, then remembers the key.
-	CheckThenAct RaceRow
+	CheckThenAct raceRow
 	// ClaimFirst claims the key in the claim store and charges only if it won.
-	ClaimFirst RaceRow
+	ClaimFirst raceRow
 }
 
-// RaceRow is one handler's numbers in experiment 1.
-type RaceRow struct {
+// raceRow is one handler's numbers in experiment 1.
+type raceRow struct {
 	// Deliveries counts the copies the broker delivered: every payment once,
 	// the redelivered ones twice.
 	Deliveries int
@@ -76,13 +76,13 @@ type RaceRow struct {
 	Payments int
 	// Charges is the number of charges the provider made.
 	Charges int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r RaceResult) rows() []tableRow {
-	row := func(label string, x RaceRow) tableRow {
-		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"payments", x.Payments}, {"charges", x.Charges}}, x.Effects}
+func (r raceResult) rows() []tableRow {
+	row := func(label string, x raceRow) tableRow {
+		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"payments", x.Payments}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("no deduplication", r.NoDedup),
@@ -91,26 +91,26 @@ func (r RaceResult) rows() []tableRow {
 	}
 }
 
-// Race runs experiment 1: opts.Payments payments on opts.Workers workers,
+// runRace runs experiment 1: opts.Payments payments on opts.Workers workers,
 // 1 in 20 delivered a second time as soon as the first copy is received;
 // charging takes 1 ms. The provider ignores idempotency keys here, so the
 // charges count what the handlers did alone.
-func Race(ctx context.Context, opts Options) (RaceResult, error) {
+func runRace(ctx context.Context, opts Options) (raceResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return RaceResult{}, err
+		return raceResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	msgs := messages(ps, choose(ps, redeliverEvery, opts.Seed, saltRace))
 	fake := fakeprovider.Config{Latency: chargeLatency, IgnoreKeys: true}
-	run := func(id, label string, claims bool, h func(*row) handler) (RaceRow, error) {
+	run := func(id, label string, claims bool, h func(*row) handler) (raceRow, error) {
 		spec := rowSpec{id: id, label: label, fake: fake, client: oneAttempt, claims: claims}
 		_, bs, st, err := runRow(ctx, opts, spec, msgs, h)
-		return RaceRow{
+		return raceRow{
 			Deliveries: bs.Copies, Receives: bs.Receives, Payments: len(ps), Charges: int(st.Charges),
-			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+			effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, err
 	}
-	var res RaceResult
+	var res raceResult
 	var err error
 	if res.NoDedup, err = run("race-none", "no deduplication", false, (*row).noDedup); err != nil {
 		return res, err
@@ -124,18 +124,18 @@ func Race(ctx context.Context, opts Options) (RaceResult, error) {
 	return res, err
 }
 
-// ReleaseResult is what experiment 2 measured: the provider fails the first
+// releaseResult is what experiment 2 measured: the provider fails the first
 // attempt of 1 in 50 payments, and the broker redelivers them.
-type ReleaseResult struct {
+type releaseResult struct {
 	// ClaimThenCharge keeps its claim when the charge fails, and treats a
 	// claimed key as done.
-	ClaimThenCharge ReleaseRow
+	ClaimThenCharge releaseRow
 	// ReleaseOnFailure releases the claim when the charge fails.
-	ReleaseOnFailure ReleaseRow
+	ReleaseOnFailure releaseRow
 }
 
-// ReleaseRow is one handler's numbers in experiment 2.
-type ReleaseRow struct {
+// releaseRow is one handler's numbers in experiment 2.
+type releaseRow struct {
 	// Payments is the number of distinct payments.
 	Payments int
 	// FailedFirst counts the first attempts the provider failed (without
@@ -148,13 +148,13 @@ type ReleaseRow struct {
 	Skipped int
 	// Takeovers counts claims acquired over an earlier holder's claim.
 	Takeovers int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r ReleaseResult) rows() []tableRow {
-	row := func(label string, x ReleaseRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"first attempts failed", x.FailedFirst}, {"charges", x.Charges}}, x.Effects}
+func (r releaseResult) rows() []tableRow {
+	row := func(label string, x releaseRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"first attempts failed", x.FailedFirst}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("claim, then charge", r.ClaimThenCharge),
@@ -162,14 +162,14 @@ func (r ReleaseResult) rows() []tableRow {
 	}
 }
 
-// Release runs experiment 2: 1 in 50 payments (exactly opts.Payments/50,
+// runRelease runs experiment 2: 1 in 50 payments (exactly opts.Payments/50,
 // chosen by opts.Seed) fail their first attempt at the provider without
 // being charged; the handler does not ack them and the broker redelivers
 // them after the visibility timeout. Both handlers claim without a lease;
 // they differ only in releasing the claim on failure.
-func Release(ctx context.Context, opts Options) (ReleaseResult, error) {
+func runRelease(ctx context.Context, opts Options) (releaseResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return ReleaseResult{}, err
+		return releaseResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	failing := choose(ps, faultEvery, opts.Seed, saltRelease)
@@ -178,21 +178,21 @@ func Release(ctx context.Context, opts Options) (ReleaseResult, error) {
 		FailFirst:  func(_ string, p provider.Payment) bool { return failing[p.PaymentID] },
 	}
 	msgs := messages(ps, nil)
-	run := func(id, label string, release bool) (ReleaseRow, error) {
+	run := func(id, label string, release bool) (releaseRow, error) {
 		spec := rowSpec{id: id, label: label, fake: fake, client: oneAttempt, claims: true}
 		r, _, st, err := runRow(ctx, opts, spec, msgs, func(r *row) handler {
 			return r.claimFirst(claimPolicy{release: release})
 		})
 		if err != nil {
-			return ReleaseRow{}, err
+			return releaseRow{}, err
 		}
-		return ReleaseRow{
+		return releaseRow{
 			Payments: len(ps), FailedFirst: int(st.Faults), Charges: int(st.Charges),
 			Skipped: int(r.skipped.Load()), Takeovers: int(r.takeovers.Load()),
-			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+			effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
-	var res ReleaseResult
+	var res releaseResult
 	var err error
 	if res.ClaimThenCharge, err = run("release-keep", "claim, then charge", false); err != nil {
 		return res, err
@@ -201,17 +201,17 @@ func Release(ctx context.Context, opts Options) (ReleaseResult, error) {
 	return res, err
 }
 
-// LeaseResult is what experiment 3 measured: workers die between claim and
+// leaseResult is what experiment 3 measured: workers die between claim and
 // charge, and the broker redelivers after the visibility timeout.
-type LeaseResult struct {
+type leaseResult struct {
 	// WithoutLease claims until the claim expires (days).
-	WithoutLease LeaseRow
+	WithoutLease leaseRow
 	// WithLease claims with a lease that ends with the visibility timeout.
-	WithLease LeaseRow
+	WithLease leaseRow
 }
 
-// LeaseRow is one handler's numbers in experiment 3.
-type LeaseRow struct {
+// leaseRow is one handler's numbers in experiment 3.
+type leaseRow struct {
 	// Payments is the number of distinct payments.
 	Payments int
 	// Crashed counts the workers that died after claiming, before charging.
@@ -223,13 +223,13 @@ type LeaseRow struct {
 	// DeadLettered counts the messages the broker gave up on after
 	// maxReceives receives.
 	DeadLettered int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r LeaseResult) rows() []tableRow {
-	row := func(label string, x LeaseRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"charges", x.Charges}}, x.Effects}
+func (r leaseResult) rows() []tableRow {
+	row := func(label string, x leaseRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("claim without lease", r.WithoutLease),
@@ -237,36 +237,36 @@ func (r LeaseResult) rows() []tableRow {
 	}
 }
 
-// Lease runs experiment 3: for 1 in 50 payments (exactly opts.Payments/50,
+// runLease runs experiment 3: for 1 in 50 payments (exactly opts.Payments/50,
 // chosen by opts.Seed) the worker dies right after its first claim, so
 // neither charge nor release runs and the message is not acked. The broker
 // redelivers it after the visibility timeout, by which time a lease aligned
 // with the visibility timeout has expired. Both handlers release on failure
 // and defer a key held elsewhere, as the protocol does.
-func Lease(ctx context.Context, opts Options) (LeaseResult, error) {
+func runLease(ctx context.Context, opts Options) (leaseResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return LeaseResult{}, err
+		return leaseResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	dying := choose(ps, faultEvery, opts.Seed, saltLease)
 	crash := func(m message) bool { return m.receives == 1 && dying[m.payment.PaymentID] }
 	fake := fakeprovider.Config{IgnoreKeys: true}
 	msgs := messages(ps, nil)
-	run := func(id, label string, lease time.Duration) (LeaseRow, error) {
+	run := func(id, label string, lease time.Duration) (leaseRow, error) {
 		spec := rowSpec{id: id, label: label, fake: fake, client: oneAttempt, claims: true}
 		r, bs, st, err := runRow(ctx, opts, spec, msgs, func(r *row) handler {
 			return r.claimFirst(claimPolicy{lease: lease, release: true, deferHeld: true, crash: crash})
 		})
 		if err != nil {
-			return LeaseRow{}, err
+			return leaseRow{}, err
 		}
-		return LeaseRow{
+		return leaseRow{
 			Payments: len(ps), Crashed: int(r.crashed.Load()), Charges: int(st.Charges),
 			Takeovers: int(r.takeovers.Load()), DeadLettered: bs.DeadLettered,
-			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+			effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
-	var res LeaseResult
+	var res leaseResult
 	var err error
 	if res.WithoutLease, err = run("lease-none", "claim without lease", 0); err != nil {
 		return res, err
@@ -275,18 +275,18 @@ func Lease(ctx context.Context, opts Options) (LeaseResult, error) {
 	return res, err
 }
 
-// KeyResult is what experiment 4 measured: the provider charges and its
+// keyResult is what experiment 4 measured: the provider charges and its
 // answer times out, and the client retries.
-type KeyResult struct {
+type keyResult struct {
 	// WithoutKey retries at a provider that ignores the idempotency key, as
 	// one does when the key is not forwarded.
-	WithoutKey KeyRow
+	WithoutKey keyRow
 	// WithKey retries with the same key at a provider that honours it.
-	WithKey KeyRow
+	WithKey keyRow
 }
 
-// KeyRow is one setup's numbers in experiment 4.
-type KeyRow struct {
+// keyRow is one setup's numbers in experiment 4.
+type keyRow struct {
 	// Payments is the number of distinct payments.
 	Payments int
 	// Timeouts counts the charges whose answer the provider delayed past the
@@ -298,13 +298,13 @@ type KeyRow struct {
 	Calls int
 	// Replays counts answers the provider replayed for a repeated key.
 	Replays int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r KeyResult) rows() []tableRow {
-	row := func(label string, x KeyRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"timeouts", x.Timeouts}, {"charges", x.Charges}}, x.Effects}
+func (r keyResult) rows() []tableRow {
+	row := func(label string, x keyRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"timeouts", x.Timeouts}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("retry without key", r.WithoutKey),
@@ -312,19 +312,19 @@ func (r KeyResult) rows() []tableRow {
 	}
 }
 
-// Key runs experiment 4: for 1 in 50 payments (exactly opts.Payments/50,
+// runKey runs experiment 4: for 1 in 50 payments (exactly opts.Payments/50,
 // chosen by opts.Seed) the provider charges on the first attempt and holds
 // its answer back; the client gives up on the attempt after 200 ms and
 // retries with backoff. The handler is the full claim-first protocol; the
 // rows differ only in whether the provider sees the key.
-func Key(ctx context.Context, opts Options) (KeyResult, error) {
+func runKey(ctx context.Context, opts Options) (keyResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return KeyResult{}, err
+		return keyResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	slow := choose(ps, faultEvery, opts.Seed, saltKey)
 	msgs := messages(ps, nil)
-	run := func(id, label string, ignoreKeys bool) (KeyRow, error) {
+	run := func(id, label string, ignoreKeys bool) (keyRow, error) {
 		fake := fakeprovider.Config{
 			IgnoreKeys:   ignoreKeys,
 			TimeoutDelay: slowAnswer,
@@ -335,15 +335,15 @@ func Key(ctx context.Context, opts Options) (KeyResult, error) {
 			return r.claimFirst(claimPolicy{lease: visibilityTimeout - leaseMargin, release: true, deferHeld: true})
 		})
 		if err != nil {
-			return KeyRow{}, err
+			return keyRow{}, err
 		}
-		return KeyRow{
+		return keyRow{
 			Payments: len(ps), Timeouts: int(st.Faults), Charges: int(st.Charges),
 			Calls: int(st.Calls), Replays: int(st.Replays),
-			Effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
+			effects: countEffects(paymentIDs(ps), st.ChargesByPayment),
 		}, nil
 	}
-	var res KeyResult
+	var res keyResult
 	var err error
 	if res.WithoutKey, err = run("key-none", "retry without key", true); err != nil {
 		return res, err

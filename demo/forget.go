@@ -109,19 +109,19 @@ func (f *forgetfulProvider) chargesByPayment() map[string]int {
 	return by
 }
 
-// ForgetResult is what experiment 8 measured: payments whose outcome was
+// forgetResult is what experiment 8 measured: payments whose outcome was
 // unknown are retried two days later, after the provider forgot their keys.
-type ForgetResult struct {
+type forgetResult struct {
 	// RetryWithKey retries with the same key, trusting the provider to
 	// replay the first charge.
-	RetryWithKey ForgetRow
+	RetryWithKey forgetRow
 	// LookUp looks the payment's charges up at the provider before charging
 	// a key that may have been forgotten, and completes with what it finds.
-	LookUp ForgetRow
+	LookUp forgetRow
 }
 
-// ForgetRow is one handler's numbers in experiment 8.
-type ForgetRow struct {
+// forgetRow is one handler's numbers in experiment 8.
+type forgetRow struct {
 	// Payments is the number of distinct payments.
 	Payments int
 	// Late counts the retries that came after the provider's key lifetime:
@@ -134,13 +134,13 @@ type ForgetRow struct {
 	Forgotten int
 	// Lookups counts the lookups by payment id.
 	Lookups int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r ForgetResult) rows() []tableRow {
-	row := func(label string, x ForgetRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"late retries", x.Late}, {"charges", x.Charges}}, x.Effects}
+func (r forgetResult) rows() []tableRow {
+	row := func(label string, x forgetRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"late retries", x.Late}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("retry with the forgotten key", r.RetryWithKey),
@@ -148,7 +148,7 @@ func (r ForgetResult) rows() []tableRow {
 	}
 }
 
-// Forget runs experiment 8: for 1 in 50 payments (exactly opts.Payments/50,
+// runForget runs experiment 8: for 1 in 50 payments (exactly opts.Payments/50,
 // chosen by opts.Seed) the provider charges but its answers never arrive
 // while the message is received, so each receive releases its claim with the
 // outcome unknown, and the broker dead-letters the message after
@@ -158,18 +158,18 @@ func (r ForgetResult) rows() []tableRow {
 // forwarded; the second also reads the claim's first acquisition (first_at,
 // kept by takeovers) and looks the payment up instead of charging when the
 // key may have been forgotten.
-func Forget(ctx context.Context, opts Options) (ForgetResult, error) {
+func runForget(ctx context.Context, opts Options) (forgetResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return ForgetResult{}, err
+		return forgetResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	unanswered := choose(ps, faultEvery, opts.Seed, saltForget)
 	msgs := messages(ps, nil)
-	run := func(id, label string, lookUp bool) (ForgetRow, error) {
+	run := func(id, label string, lookUp bool) (forgetRow, error) {
 		c := &clock{}
 		store, err := opts.NewStore(ctx, opts.namespace(id), c.Now)
 		if err != nil {
-			return ForgetRow{}, fmt.Errorf("%s: claim store: %w", label, err)
+			return forgetRow{}, fmt.Errorf("%s: claim store: %w", label, err)
 		}
 		prov := newForgetfulProvider(c.Now, keyLifetime)
 		lose := func(paymentID string) bool { return unanswered[paymentID] }
@@ -179,24 +179,24 @@ func Forget(ctx context.Context, opts Options) (ForgetResult, error) {
 		opts.progress.row(label, len(msgs))
 		bs, err := b.run(ctx, msgs, h)
 		if err != nil {
-			return ForgetRow{}, fmt.Errorf("%s: %w", label, err)
+			return forgetRow{}, fmt.Errorf("%s: %w", label, err)
 		}
 		prov.lose.Store(nil) // the answers arrive again
 		c.Advance(redriveAfter)
 		opts.progress.row(label+", redriven", len(bs.dead))
 		if _, err := b.run(ctx, bs.dead, h); err != nil {
-			return ForgetRow{}, fmt.Errorf("%s: redrive: %w", label, err)
+			return forgetRow{}, fmt.Errorf("%s: redrive: %w", label, err)
 		}
 		prov.mu.Lock()
 		st := prov.stats
 		prov.mu.Unlock()
-		return ForgetRow{
+		return forgetRow{
 			Payments: len(ps), Late: len(bs.dead), Charges: st.charges,
 			Forgotten: st.forgotten, Lookups: st.lookups,
-			Effects: countEffects(paymentIDs(ps), prov.chargesByPayment()),
+			effects: countEffects(paymentIDs(ps), prov.chargesByPayment()),
 		}, nil
 	}
-	var res ForgetResult
+	var res forgetResult
 	var err error
 	if res.RetryWithKey, err = run("forget-key", "retry with the forgotten key", false); err != nil {
 		return res, err

@@ -1,86 +1,84 @@
-package demo_test
+package demo
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/claimfirst/claimfirst/demo"
 )
 
 func TestNatural(t *testing.T) {
 	t.Parallel()
-	res, err := demo.Natural(t.Context(), demo.Options{Payments: payments, Seed: 4})
+	res, err := runNatural(t.Context(), Options{Payments: testPayments, Seed: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	twice := payments / 20
-	for _, r := range []demo.NaturalRow{res.Increment, res.Set, res.Conditional} {
-		if r.Deliveries != payments+twice || r.Orders != payments {
-			t.Fatalf("deliveries %d, orders %d; want %d, %d", r.Deliveries, r.Orders, payments+twice, payments)
+	twice := testPayments / 20
+	for _, r := range []naturalRow{res.Increment, res.Set, res.Conditional} {
+		if r.Deliveries != testPayments+twice || r.Orders != testPayments {
+			t.Fatalf("deliveries %d, orders %d; want %d, %d", r.Deliveries, r.Orders, testPayments+twice, testPayments)
 		}
 	}
 	inc, set, cond := res.Increment, res.Set, res.Conditional
-	if inc.Shipped != payments+twice || inc.Double != twice || inc.Lost != 0 {
-		t.Errorf("increment: shipped %d, %+v; want %d, double %d", inc.Shipped, inc.Effects, payments+twice, twice)
+	if inc.Shipped != testPayments+twice || inc.Double != twice || inc.Lost != 0 {
+		t.Errorf("increment: shipped %d, %+v; want %d, double %d", inc.Shipped, inc.effects, testPayments+twice, twice)
 	}
-	if set.Shipped != payments || !set.OK() || set.Writes != payments+twice {
+	if set.Shipped != testPayments || !set.OK() || set.Writes != testPayments+twice {
 		t.Errorf("set: shipped %d, %+v, writes %d; want %d, ok, a write per delivery %d",
-			set.Shipped, set.Effects, set.Writes, payments, payments+twice)
+			set.Shipped, set.effects, set.Writes, testPayments, testPayments+twice)
 	}
-	if cond.Shipped != payments || !cond.OK() || cond.Writes != payments || cond.Rejected != twice {
+	if cond.Shipped != testPayments || !cond.OK() || cond.Writes != testPayments || cond.Rejected != twice {
 		t.Errorf("conditional: shipped %d, %+v, writes %d, rejected %d; want %d, ok, %d, %d",
-			cond.Shipped, cond.Effects, cond.Writes, cond.Rejected, payments, payments, twice)
+			cond.Shipped, cond.effects, cond.Writes, cond.Rejected, testPayments, testPayments, twice)
 	}
 }
 
 func TestRemember(t *testing.T) {
 	t.Parallel()
-	res, err := demo.Remember(t.Context(), demo.Options{Payments: payments, Seed: 6})
+	res, err := runRemember(t.Context(), Options{Payments: testPayments, Seed: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := payments / 20
+	late := testPayments / 20
 	short, long := res.Short, res.PastRetention
-	for _, r := range []demo.RememberRow{short, long} {
-		if r.Payments != payments || r.Late != late {
-			t.Fatalf("payments %d, late duplicates %d; want %d, %d", r.Payments, r.Late, payments, late)
+	for _, r := range []rememberRow{short, long} {
+		if r.Payments != testPayments || r.Late != late {
+			t.Fatalf("payments %d, late duplicates %d; want %d, %d", r.Payments, r.Late, testPayments, late)
 		}
 	}
-	if short.Charges != payments+late || short.Double != late || short.Lost != 0 || short.Duplicates != 0 {
+	if short.Charges != testPayments+late || short.Double != late || short.Lost != 0 || short.Duplicates != 0 {
 		t.Errorf("claims kept 1 hour: charges %d, %+v, duplicates %d; want %d, double %d, none recognized",
-			short.Charges, short.Effects, short.Duplicates, payments+late, late)
+			short.Charges, short.effects, short.Duplicates, testPayments+late, late)
 	}
-	if long.Charges != payments || !long.OK() || long.Duplicates != late {
+	if long.Charges != testPayments || !long.OK() || long.Duplicates != late {
 		t.Errorf("claims kept past retention: charges %d, %+v, duplicates %d; want %d, ok, %d",
-			long.Charges, long.Effects, long.Duplicates, payments, late)
+			long.Charges, long.effects, long.Duplicates, testPayments, late)
 	}
 }
 
 func TestLedger(t *testing.T) {
 	t.Parallel()
-	crashed := payments / 50
+	crashed := testPayments / 50
 	var balanceErrors []int64
 	for _, seed := range []int64{1, 2} {
-		res, err := demo.Ledger(t.Context(), demo.Options{Payments: payments, Seed: seed})
+		res, err := runLedger(t.Context(), Options{Payments: testPayments, Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
 		two, tx := res.WriteThenComplete, res.OneTransaction
-		for _, r := range []demo.LedgerRow{two, tx} {
-			if r.Payments != payments || r.Crashed != crashed {
-				t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, payments, crashed)
+		for _, r := range []ledgerRow{two, tx} {
+			if r.Payments != testPayments || r.Crashed != crashed {
+				t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, testPayments, crashed)
 			}
 		}
-		if two.Entries != payments+crashed || two.Double != crashed || two.Lost != 0 ||
+		if two.Entries != testPayments+crashed || two.Double != crashed || two.Lost != 0 ||
 			two.Takeovers != crashed || two.BalanceError <= 0 {
 			t.Errorf("write, then complete: entries %d, %+v, takeovers %d, balance error %d; want %d, double %d, %d, above 0",
-				two.Entries, two.Effects, two.Takeovers, two.BalanceError, payments+crashed, crashed, crashed)
+				two.Entries, two.effects, two.Takeovers, two.BalanceError, testPayments+crashed, crashed, crashed)
 		}
-		if tx.Entries != payments || !tx.OK() || tx.BalanceError != 0 || tx.Takeovers != 0 || tx.Duplicates != crashed {
+		if tx.Entries != testPayments || !tx.OK() || tx.BalanceError != 0 || tx.Takeovers != 0 || tx.Duplicates != crashed {
 			t.Errorf("one transaction: entries %d, %+v, balance error %d, takeovers %d, duplicates %d; want %d, ok, 0, 0, %d",
-				tx.Entries, tx.Effects, tx.BalanceError, tx.Takeovers, tx.Duplicates, payments, crashed)
+				tx.Entries, tx.effects, tx.BalanceError, tx.Takeovers, tx.Duplicates, testPayments, crashed)
 		}
 		balanceErrors = append(balanceErrors, two.BalanceError)
 	}
@@ -93,24 +91,24 @@ func TestLedger(t *testing.T) {
 
 func TestForget(t *testing.T) {
 	t.Parallel()
-	res, err := demo.Forget(t.Context(), demo.Options{Payments: payments, Seed: 8})
+	res, err := runForget(t.Context(), Options{Payments: testPayments, Seed: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := payments / 50
+	late := testPayments / 50
 	blind, look := res.RetryWithKey, res.LookUp
-	for _, r := range []demo.ForgetRow{blind, look} {
-		if r.Payments != payments || r.Late != late {
-			t.Fatalf("payments %d, late retries %d; want %d, %d", r.Payments, r.Late, payments, late)
+	for _, r := range []forgetRow{blind, look} {
+		if r.Payments != testPayments || r.Late != late {
+			t.Fatalf("payments %d, late retries %d; want %d, %d", r.Payments, r.Late, testPayments, late)
 		}
 	}
-	if blind.Charges != payments+late || blind.Double != late || blind.Lost != 0 || blind.Forgotten != late || blind.Lookups != 0 {
+	if blind.Charges != testPayments+late || blind.Double != late || blind.Lost != 0 || blind.Forgotten != late || blind.Lookups != 0 {
 		t.Errorf("retry with the forgotten key: charges %d, %+v, forgotten %d, lookups %d; want %d, double %d, %d, 0",
-			blind.Charges, blind.Effects, blind.Forgotten, blind.Lookups, payments+late, late, late)
+			blind.Charges, blind.effects, blind.Forgotten, blind.Lookups, testPayments+late, late, late)
 	}
-	if look.Charges != payments || !look.OK() || look.Forgotten != 0 || look.Lookups != late {
+	if look.Charges != testPayments || !look.OK() || look.Forgotten != 0 || look.Lookups != late {
 		t.Errorf("look up before charging: charges %d, %+v, forgotten %d, lookups %d; want %d, ok, 0, %d",
-			look.Charges, look.Effects, look.Forgotten, look.Lookups, payments, late)
+			look.Charges, look.effects, look.Forgotten, look.Lookups, testPayments, late)
 	}
 }
 
@@ -119,27 +117,27 @@ func TestForget(t *testing.T) {
 // design's tables.
 func TestLateExperimentsRepeat(t *testing.T) {
 	t.Parallel()
-	opts := demo.Options{Seed: 1} // `worker demo`'s default seed; 2000 payments
+	opts := Options{Seed: 1} // `worker demo`'s default seed; 2000 payments
 	type results struct {
-		natural  demo.NaturalResult
-		remember demo.RememberResult
-		ledger   demo.LedgerResult
-		forget   demo.ForgetResult
+		natural  naturalResult
+		remember rememberResult
+		ledger   ledgerResult
+		forget   forgetResult
 	}
 	var runs []results
 	for range 3 {
 		var r results
 		var err error
-		if r.natural, err = demo.Natural(t.Context(), opts); err != nil {
+		if r.natural, err = runNatural(t.Context(), opts); err != nil {
 			t.Fatal(err)
 		}
-		if r.remember, err = demo.Remember(t.Context(), opts); err != nil {
+		if r.remember, err = runRemember(t.Context(), opts); err != nil {
 			t.Fatal(err)
 		}
-		if r.ledger, err = demo.Ledger(t.Context(), opts); err != nil {
+		if r.ledger, err = runLedger(t.Context(), opts); err != nil {
 			t.Fatal(err)
 		}
-		if r.forget, err = demo.Forget(t.Context(), opts); err != nil {
+		if r.forget, err = runForget(t.Context(), opts); err != nil {
 			t.Fatal(err)
 		}
 		runs = append(runs, r)
@@ -179,9 +177,9 @@ func TestProgressNeverInsideATable(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	for _, e := range []int{5, 7} {
-		opts := demo.WithProgressEvery(demo.Options{Payments: 1000, Experiment: e}, time.Millisecond)
+		opts := WithProgressEvery(Options{Payments: 1000, Experiment: e}, time.Millisecond)
 		opts.Progress = &out
-		if err := demo.Run(t.Context(), opts, &out); err != nil {
+		if err := Run(t.Context(), opts, &out); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -90,19 +90,19 @@ func (l *ledger) entries(context.Context) (n int, byID map[string]int, balances 
 	return len(l.journal), byID, balances, nil
 }
 
-// LedgerResult is what experiment 7 measured: workers die right after their
+// ledgerResult is what experiment 7 measured: workers die right after their
 // database write, before the claim's completion, and the broker redelivers.
-type LedgerResult struct {
+type ledgerResult struct {
 	// WriteThenComplete writes the entry, then completes the claim: two
 	// writes, with a window between them.
-	WriteThenComplete LedgerRow
+	WriteThenComplete ledgerRow
 	// OneTransaction completes the claim and writes the entry in one
 	// transaction, fenced by the claim.
-	OneTransaction LedgerRow
+	OneTransaction ledgerRow
 }
 
-// LedgerRow is one handler's numbers in experiment 7.
-type LedgerRow struct {
+// ledgerRow is one handler's numbers in experiment 7.
+type ledgerRow struct {
 	// Payments is the number of distinct ledger messages, one entry each.
 	Payments int
 	// Crashed counts the workers that died right after the database write.
@@ -116,13 +116,13 @@ type LedgerRow struct {
 	Takeovers int
 	// Duplicates counts deliveries acked because their claim was completed.
 	Duplicates int
-	// Effects counts the entries written more than once, or never.
-	Effects
+	// effects counts the entries written more than once, or never.
+	effects
 }
 
-func (r LedgerResult) rows() []tableRow {
-	row := func(label string, x LedgerRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"ledger entries", x.Entries}}, x.Effects}
+func (r ledgerResult) rows() []tableRow {
+	row := func(label string, x ledgerRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"crashed", x.Crashed}, {"ledger entries", x.Entries}}, x.effects}
 	}
 	return []tableRow{
 		row("write, then complete", r.WriteThenComplete),
@@ -130,7 +130,7 @@ func (r LedgerResult) rows() []tableRow {
 	}
 }
 
-// Ledger runs experiment 7: opts.Payments ledger messages, each appending
+// runLedger runs experiment 7: opts.Payments ledger messages, each appending
 // one entry and moving one of 50 balances; for 1 in 50 (exactly
 // opts.Payments/50, chosen by opts.Seed) the worker dies on the first
 // receive right after its database write took effect, so it neither acks
@@ -138,14 +138,14 @@ func (r LedgerResult) rows() []tableRow {
 // the visibility timeout, when the dead worker's lease has ended. Both
 // handlers claim first with a lease, as the protocol does.
 //
-// Without opts.Ledger the ledger is in memory and the claims are in a memory
+// Without opts.runLedger the ledger is in memory and the claims are in a memory
 // store whatever opts.NewStore says: the one-transaction row needs the claim
 // and the ledger in one database. With it, the ledger is a DynamoDB table
 // and the claims are in opts.NewStore's stores, committed with the entries
 // in real transactions.
-func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
+func runLedger(ctx context.Context, opts Options) (ledgerResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return LedgerResult{}, err
+		return ledgerResult{}, err
 	}
 	entries := ledgerEntries(opts.Payments, opts.Seed)
 	ids := make([]string, len(entries))
@@ -157,7 +157,7 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 		want[e.Account] += e.Amount
 	}
 	dying := chooseIDs(ids, faultEvery, opts.Seed, saltLedger)
-	run := func(label string, transactional bool) (LedgerRow, error) {
+	run := func(label string, transactional bool) (ledgerRow, error) {
 		c := &clock{}
 		var store claimstore.Store = memory.New(memory.Config{Now: c.Now})
 		var db ledgerDB = newLedger()
@@ -165,7 +165,7 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 			ns := opts.namespace("ledger-" + map[bool]string{false: "write", true: "tx"}[transactional])
 			s, err := opts.NewStore(ctx, ns, c.Now)
 			if err != nil {
-				return LedgerRow{}, err
+				return ledgerRow{}, err
 			}
 			if pl := opts.PostgresLedger; pl != nil {
 				store, db = s, &pgLedger{db: pl.DB, tables: pl.Tables, ns: ns}
@@ -219,24 +219,24 @@ func Ledger(ctx context.Context, opts Options) (LedgerResult, error) {
 			return ack, nil
 		})
 		if err != nil {
-			return LedgerRow{}, fmt.Errorf("%s: %w", label, err)
+			return ledgerRow{}, fmt.Errorf("%s: %w", label, err)
 		}
 		n, byID, balances, err := db.entries(ctx)
 		if err != nil {
-			return LedgerRow{}, fmt.Errorf("%s: %w", label, err)
+			return ledgerRow{}, fmt.Errorf("%s: %w", label, err)
 		}
 		var off int64
 		for acct, w := range want {
 			d := balances[acct] - w
 			off += max(d, -d)
 		}
-		return LedgerRow{
+		return ledgerRow{
 			Payments: len(entries), Crashed: int(crashed.Load()), Entries: n, BalanceError: off,
 			Takeovers: int(takeovers.Load()), Duplicates: int(duplicates.Load()),
-			Effects: countEffects(ids, byID),
+			effects: countEffects(ids, byID),
 		}, nil
 	}
-	var res LedgerResult
+	var res ledgerResult
 	var err error
 	if res.WriteThenComplete, err = run("write, then complete", false); err != nil {
 		return res, err

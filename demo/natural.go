@@ -66,21 +66,21 @@ func (t *orderTable) shipped() map[string]int {
 	return by
 }
 
-// NaturalResult is what experiment 5 measured: a shipment message delivered
+// naturalResult is what experiment 5 measured: a shipment message delivered
 // twice, the copy arriving while the first is handled, under three handlers
 // that write the order without any claim or deduplication.
-type NaturalResult struct {
+type naturalResult struct {
 	// Increment adds the shipped units to the order: "add one".
-	Increment NaturalRow
+	Increment naturalRow
 	// Set writes the order's new state: "the new state is X".
-	Set NaturalRow
+	Set naturalRow
 	// Conditional writes the new state only if the order is still paid: a
 	// state transition whose condition a duplicate fails.
-	Conditional NaturalRow
+	Conditional naturalRow
 }
 
-// NaturalRow is one handler's numbers in experiment 5.
-type NaturalRow struct {
+// naturalRow is one handler's numbers in experiment 5.
+type naturalRow struct {
 	// Deliveries counts the copies the broker delivered.
 	Deliveries int
 	// Orders is the number of distinct orders, one shipment message each.
@@ -93,13 +93,13 @@ type NaturalRow struct {
 	// Rejected counts deliveries whose conditional update found the order
 	// already shipped, and wrote nothing.
 	Rejected int
-	// Effects counts the orders shipped more than once, or never.
-	Effects
+	// effects counts the orders shipped more than once, or never.
+	effects
 }
 
-func (r NaturalResult) rows() []tableRow {
-	row := func(label string, x NaturalRow) tableRow {
-		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"orders", x.Orders}, {"shipped", x.Shipped}}, x.Effects}
+func (r naturalResult) rows() []tableRow {
+	row := func(label string, x naturalRow) tableRow {
+		return tableRow{label, []pair{{"deliveries", x.Deliveries}, {"orders", x.Orders}, {"shipped", x.Shipped}}, x.effects}
 	}
 	return []tableRow{
 		row("increment on each delivery", r.Increment),
@@ -108,14 +108,14 @@ func (r NaturalResult) rows() []tableRow {
 	}
 }
 
-// Natural runs experiment 5: opts.Payments orders, each with one shipment
+// runNatural runs experiment 5: opts.Payments orders, each with one shipment
 // message of one unit; 1 in 20 (exactly opts.Payments/20, chosen by
 // opts.Seed) is delivered a second time as soon as the first copy is
 // received. No handler claims anything: the experiment shows when the write
 // itself is idempotent.
-func Natural(ctx context.Context, opts Options) (NaturalResult, error) {
+func runNatural(ctx context.Context, opts Options) (naturalResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return NaturalResult{}, err
+		return naturalResult{}, err
 	}
 	ids := make([]string, opts.Payments)
 	for i := range ids {
@@ -126,7 +126,7 @@ func Natural(ctx context.Context, opts Options) (NaturalResult, error) {
 	for i, id := range ids {
 		msgs[i] = message{shipment: shipment{OrderID: id, Shipped: 1}, receives: 1, echo: twice[id]}
 	}
-	run := func(label string, write func(o *order, s shipment) bool) (NaturalRow, error) {
+	run := func(label string, write func(o *order, s shipment) bool) (naturalRow, error) {
 		table := newOrderTable(ids)
 		var writes, rejected atomic.Int64
 		b := &broker{workers: opts.Workers, clock: &clock{}, progress: opts.progress}
@@ -144,20 +144,20 @@ func Natural(ctx context.Context, opts Options) (NaturalResult, error) {
 			return ack, nil
 		})
 		if err != nil {
-			return NaturalRow{}, fmt.Errorf("%s: %w", label, err)
+			return naturalRow{}, fmt.Errorf("%s: %w", label, err)
 		}
 		by := table.shipped()
 		shipped := 0
 		for _, n := range by {
 			shipped += n
 		}
-		return NaturalRow{
+		return naturalRow{
 			Deliveries: bs.Copies, Orders: len(ids), Shipped: shipped,
 			Writes: int(writes.Load()), Rejected: int(rejected.Load()),
-			Effects: countEffects(ids, by),
+			effects: countEffects(ids, by),
 		}, nil
 	}
-	var res NaturalResult
+	var res naturalResult
 	var err error
 	if res.Increment, err = run("increment on each delivery", func(o *order, s shipment) bool {
 		o.shipped += s.Shipped // UPDATE SET shipped = shipped + :n

@@ -1,9 +1,8 @@
-package demo_test
+package demo
 
 import (
 	"testing"
 
-	"github.com/claimfirst/claimfirst/demo"
 	"github.com/claimfirst/claimfirst/internal/pgtest"
 )
 
@@ -14,7 +13,7 @@ func TestRacePostgres(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := pgtest.Table(t, pool)
 	const n = 100
-	res, err := demo.Race(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.PostgresStores(pool, table)})
+	res, err := runRace(t.Context(), Options{Payments: n, Seed: 1, NewStore: PostgresStores(pool, table)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +30,13 @@ func TestLedgerPostgres(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	table := pgtest.Table(t, pool)
-	pl := demo.PostgresLedger{DB: pool, Tables: pgtest.Name("demo_ledger")}
-	if err := demo.CreatePostgresLedger(t.Context(), pl); err != nil {
+	pl := PostgresLedger{DB: pool, Tables: pgtest.Name("demo_ledger")}
+	if err := CreatePostgresLedger(t.Context(), pl); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = pool.Exec(t.Context(), "DROP TABLE "+pl.Tables+"_journal, "+pl.Tables+"_balances") })
 	const n = 100
-	res, err := demo.Ledger(t.Context(), demo.Options{Payments: n, Seed: 1, NewStore: demo.PostgresStores(pool, table), PostgresLedger: &pl})
+	res, err := runLedger(t.Context(), Options{Payments: n, Seed: 1, NewStore: PostgresStores(pool, table), PostgresLedger: &pl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,19 +15,19 @@ const (
 	lateBy    = 2 * time.Hour
 )
 
-// RememberResult is what experiment 6 measured: duplicates that arrive two
+// rememberResult is what experiment 6 measured: duplicates that arrive two
 // hours after their payments were charged, under claims kept for an hour and
 // claims kept past the queue's retention.
-type RememberResult struct {
+type rememberResult struct {
 	// Short keeps completed claims for one hour.
-	Short RememberRow
+	Short rememberRow
 	// PastRetention keeps completed claims longer than the queue keeps a
 	// message (seven days; SQS keeps four by default).
-	PastRetention RememberRow
+	PastRetention rememberRow
 }
 
-// RememberRow is one retention's numbers in experiment 6.
-type RememberRow struct {
+// rememberRow is one retention's numbers in experiment 6.
+type rememberRow struct {
 	// Payments is the number of distinct payments.
 	Payments int
 	// Late counts the duplicates delivered two hours late.
@@ -36,13 +36,13 @@ type RememberRow struct {
 	Charges int
 	// Duplicates counts deliveries acked because their claim was completed.
 	Duplicates int
-	// Effects counts the payments charged more than once, or never.
-	Effects
+	// effects counts the payments charged more than once, or never.
+	effects
 }
 
-func (r RememberResult) rows() []tableRow {
-	row := func(label string, x RememberRow) tableRow {
-		return tableRow{label, []pair{{"payments", x.Payments}, {"late duplicates", x.Late}, {"charges", x.Charges}}, x.Effects}
+func (r rememberResult) rows() []tableRow {
+	row := func(label string, x rememberRow) tableRow {
+		return tableRow{label, []pair{{"payments", x.Payments}, {"late duplicates", x.Late}, {"charges", x.Charges}}, x.effects}
 	}
 	return []tableRow{
 		row("claims kept 1 hour", r.Short),
@@ -50,16 +50,16 @@ func (r RememberResult) rows() []tableRow {
 	}
 }
 
-// Remember runs experiment 6: opts.Payments payments are delivered and
+// runRemember runs experiment 6: opts.Payments payments are delivered and
 // charged under the full claim-first protocol; then, two hours later on the
 // store's clock, 1 in 20 (exactly opts.Payments/20, chosen by opts.Seed) is
 // delivered again, as a producer's retry or a redrive can be. The provider
 // (in process, on the same clock) ignores idempotency keys, so the charges
 // count what the claims did alone. The rows differ only in how long a claim
 // is kept.
-func Remember(ctx context.Context, opts Options) (RememberResult, error) {
+func runRemember(ctx context.Context, opts Options) (rememberResult, error) {
 	if err := opts.setDefaults(); err != nil {
-		return RememberResult{}, err
+		return rememberResult{}, err
 	}
 	ps := payments(opts.Payments, opts.Seed)
 	late := choose(ps, redeliverEvery, opts.Seed, saltRemember)
@@ -70,11 +70,11 @@ func Remember(ctx context.Context, opts Options) (RememberResult, error) {
 			again = append(again, m)
 		}
 	}
-	run := func(id, label string, keep time.Duration) (RememberRow, error) {
+	run := func(id, label string, keep time.Duration) (rememberRow, error) {
 		c := &clock{}
 		store, err := opts.NewStore(ctx, opts.namespace(id), c.Now)
 		if err != nil {
-			return RememberRow{}, fmt.Errorf("%s: claim store: %w", label, err)
+			return rememberRow{}, fmt.Errorf("%s: claim store: %w", label, err)
 		}
 		prov := newForgetfulProvider(c.Now, 0)
 		var dups atomic.Int64
@@ -82,23 +82,23 @@ func Remember(ctx context.Context, opts Options) (RememberResult, error) {
 		b := &broker{workers: opts.Workers, clock: c, progress: opts.progress}
 		opts.progress.row(label, len(first))
 		if _, err := b.run(ctx, first, h); err != nil {
-			return RememberRow{}, fmt.Errorf("%s: %w", label, err)
+			return rememberRow{}, fmt.Errorf("%s: %w", label, err)
 		}
 		c.Advance(lateBy)
 		opts.progress.row(label+", late duplicates", len(again))
 		bs, err := b.run(ctx, again, h)
 		if err != nil {
-			return RememberRow{}, fmt.Errorf("%s: late duplicates: %w", label, err)
+			return rememberRow{}, fmt.Errorf("%s: late duplicates: %w", label, err)
 		}
 		prov.mu.Lock()
 		charges := prov.stats.charges
 		prov.mu.Unlock()
-		return RememberRow{
+		return rememberRow{
 			Payments: len(ps), Late: bs.Copies, Charges: charges, Duplicates: int(dups.Load()),
-			Effects: countEffects(paymentIDs(ps), prov.chargesByPayment()),
+			effects: countEffects(paymentIDs(ps), prov.chargesByPayment()),
 		}, nil
 	}
-	var res RememberResult
+	var res rememberResult
 	var err error
 	if res.Short, err = run("remember-hour", "claims kept 1 hour", shortKeep); err != nil {
 		return res, err

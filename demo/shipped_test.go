@@ -1,4 +1,4 @@
-package demo_test
+package demo
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
-	"github.com/claimfirst/claimfirst/demo"
 )
 
 // everyoneWins is a broken claim store, one without its conditions: every
@@ -52,17 +51,17 @@ func (s everyoneWins) Release(ctx context.Context, p claimstore.ReleaseParams) e
 func TestDemoRunsTheLibrary(t *testing.T) {
 	t.Parallel()
 	for _, broken := range []bool{false, true} {
-		opts := demo.Options{Payments: 400, Seed: 1}
+		opts := Options{Payments: 400, Seed: 1}
 		if broken {
 			opts.NewStore = func(_ context.Context, _ string, now func() time.Time) (claimstore.Store, error) {
 				return everyoneWins{memory.New(memory.Config{Now: now})}, nil
 			}
 		}
-		res, err := demo.Race(t.Context(), opts)
+		res, err := runRace(t.Context(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if double := res.ClaimFirst.Effects.Double; (double > 0) != broken {
+		if double := res.ClaimFirst.effects.Double; (double > 0) != broken {
 			t.Errorf("store broken %v: claim-first row charged %d payments twice", broken, double)
 		}
 	}

@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// Effects says how far a row's side effects were from exactly one per unit
+// effects says how far a row's side effects were from exactly one per unit
 // (a payment charged, an order shipped, a ledger entry written), so that a
 // table shows at a glance which row is wrong and in which direction.
-type Effects struct {
+type effects struct {
 	// Double counts effects beyond a unit's first: a payment charged twice
 	// counts 1, three times 2.
 	Double int
@@ -18,8 +18,8 @@ type Effects struct {
 }
 
 // countEffects returns the Effects of units whose effects are counted by n.
-func countEffects[N int | int64](units []string, n map[string]N) Effects {
-	var e Effects
+func countEffects[N int | int64](units []string, n map[string]N) effects {
+	var e effects
 	for _, u := range units {
 		switch c := int(n[u]); {
 		case c == 0:
@@ -32,11 +32,11 @@ func countEffects[N int | int64](units []string, n map[string]N) Effects {
 }
 
 // OK reports whether every unit had exactly one effect.
-func (e Effects) OK() bool { return e.Double == 0 && e.Lost == 0 }
+func (e effects) OK() bool { return e.Double == 0 && e.Lost == 0 }
 
 // String is the mark a table row ends with: "ok", "double N", "lost N", or
 // both.
-func (e Effects) String() string {
+func (e effects) String() string {
 	var parts []string
 	if e.Double > 0 {
 		parts = append(parts, fmt.Sprintf("double %d", e.Double))
@@ -61,7 +61,7 @@ type pair struct {
 type tableRow struct {
 	label string
 	pairs []pair
-	mark  Effects
+	mark  effects
 }
 
 // formatTable lays rows out as the README shows them: the label,

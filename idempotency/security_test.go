@@ -145,7 +145,7 @@ func TestClientDisconnectDoesNotEndTheClaim(t *testing.T) {
 		var runs atomic.Int32
 		started := make(chan struct{})
 		gone := make(chan context.Context, 1)
-		opts := idempotency.Options{Lease: time.Second}
+		opts := idempotency.Options{Lease: 3 * time.Second}
 		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			if n == 1 {
@@ -154,7 +154,7 @@ func TestClientDisconnectDoesNotEndTheClaim(t *testing.T) {
 				case <-(<-gone).Done():
 				case <-time.After(10 * time.Second):
 				}
-				time.Sleep(1500 * time.Millisecond) // past a lease: only a renewal keeps it
+				time.Sleep(4 * time.Second) // past a lease: only a renewal keeps it
 			}
 			w.WriteHeader(http.StatusCreated)
 			_, _ = fmt.Fprintf(w, "order %d", n)
