@@ -167,7 +167,7 @@ type claimPolicy struct {
 // claim's Complete or Release: the code the worker runs), charges only if
 // it won the claim, and completes the claim with the charge id.
 func (r *row) claimFirst(pol claimPolicy) handler {
-	var store claimstore.Store = r.store
+	store := r.store
 	if !pol.release {
 		store = keptOnRelease{store}
 	}

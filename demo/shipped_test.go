@@ -61,7 +61,7 @@ func TestDemoRunsTheLibrary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if double := res.ClaimFirst.effects.Double; (double > 0) != broken {
+		if double := res.ClaimFirst.Double; (double > 0) != broken {
 			t.Errorf("store broken %v: claim-first row charged %d payments twice", broken, double)
 		}
 	}

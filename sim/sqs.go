@@ -577,8 +577,8 @@ func (s *SQS) getQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesIn
 	return &sqs.GetQueueAttributesOutput{Attributes: attrs}, nil
 }
 
-// getQueueUrl answers GetQueueUrl (for worker.SQSAPI).
-func (s *SQS) getQueueUrl(_ context.Context, in *sqs.GetQueueUrlInput) (*sqs.GetQueueUrlOutput, error) {
+// getQueueURL answers GetQueueUrl (for worker.SQSAPI).
+func (s *SQS) getQueueURL(_ context.Context, in *sqs.GetQueueUrlInput) (*sqs.GetQueueUrlOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, err := s.queue(aws.String("https://sqs.sim.local/000000000000/" + aws.ToString(in.QueueName)))
@@ -646,5 +646,5 @@ func (s *SQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributes
 // GetQueueUrl implements worker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
-	return answer(ctx, opts, func() (*sqs.GetQueueUrlOutput, error) { return s.getQueueUrl(ctx, in) })
+	return answer(ctx, opts, func() (*sqs.GetQueueUrlOutput, error) { return s.getQueueURL(ctx, in) })
 }

@@ -359,11 +359,11 @@ func FieldErrors(err error) []*FieldError {
 	var out []*FieldError
 	var walk func(error)
 	walk = func(e error) {
-		if fe, ok := e.(*FieldError); ok {
+		if fe, ok := e.(*FieldError); ok { //nolint:errorlint // this walk is the unwrapping
 			out = append(out, fe)
 			return
 		}
-		switch u := e.(type) {
+		switch u := e.(type) { //nolint:errorlint // this walk is the unwrapping
 		case interface{ Unwrap() []error }:
 			for _, x := range u.Unwrap() {
 				walk(x)

@@ -74,7 +74,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.ClockSkewMax == 0 {
 		cfg.ClockSkewMax = cfg.LeaseMargin / 2
 	}
-	cfg.Protocol.setDefaults()
+	cfg.setDefaults()
 	var errs []error
 	if cfg.Store == nil {
 		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
@@ -122,7 +122,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	l.proc = l.cfg.Protocol.processor(l.log, l.queue, 0)
+	l.proc = l.cfg.processor(l.log, l.queue, 0)
 	l.proc.skew = skew
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil

@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	skew := newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
 	cfg.SQS = skew.measure(cfg.SQS)
-	proc := cfg.Protocol.processor(log, q, cfg.MaxHoldBackoff)
+	proc := cfg.processor(log, q, cfg.MaxHoldBackoff)
 	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log, cfg.Now)
 	proc.skew = skew
 	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
