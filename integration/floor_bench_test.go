@@ -25,6 +25,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/internal/awsreq"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 )
 
@@ -154,7 +155,7 @@ func benchWorkerProcess(b *testing.B) benchResult {
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "QUEUE_URL="+q, "CLAIM_TABLE="+table,
 		"PROVIDER_URL="+prov.URL, "WORKER_CONCURRENCY="+strconv.Itoa(benchConcurrency), "LOG_LEVEL=warn",
 		"METRICS_ADDR="+metricsAddr)
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

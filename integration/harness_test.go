@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 )
@@ -256,7 +255,7 @@ func (e *env) assertChargedOnce(ps []provider.Payment) fakeprovider.Stats {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
@@ -288,7 +287,7 @@ func (e *env) start(name string, o workerOptions, args ...string) *proc {
 	if len(args) == 0 {
 		args = []string{"run"}
 	}
-	p := &proc{name: name, cmd: exec.Command(workerBin, args...), log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.Command(workerBin, args...), log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = e.workerEnv(o)
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
@@ -393,23 +392,6 @@ func countLines(log string, match func(logLine) bool) int {
 		}
 	}
 	return n
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, n int) string {

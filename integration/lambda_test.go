@@ -28,6 +28,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 	"github.com/claimfirst/claimfirst/worker"
@@ -219,7 +220,7 @@ func lambdaBuildBootstrap(t *testing.T) string {
 type lambdaFunction struct {
 	url  string // invocations endpoint
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -240,7 +241,7 @@ func lambdaStart(t *testing.T, rie, bootstrap string, settings []string) *lambda
 	f := &lambdaFunction{
 		url: "http://" + ports[0] + "/2015-03-31/functions/function/invocations",
 		cmd: exec.Command(rie, "--runtime-interface-emulator-address", ports[0], "--runtime-api-address", ports[1], bootstrap),
-		log: &syncBuffer{}, done: make(chan struct{}),
+		log: &syncbuf.Buffer{}, done: make(chan struct{}),
 	}
 	f.cmd.Dir = filepath.Dir(bootstrap)
 	f.cmd.Env = env

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -39,7 +40,7 @@ func TestProbeIgnoringItsContext(t *testing.T) {
 			close(release)
 		}
 	}()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	const shutdown = 2 * time.Second
 	w, err := worker.New(context.Background(), worker.Config{
 		QueueURL: e.queueURL, SQS: e.sqs,

@@ -1,16 +1,15 @@
 package provider_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/provider"
 )
 
@@ -68,7 +67,7 @@ func TestRetriesAreLoggedAndCounted(t *testing.T) {
 	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 	}))
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	cfg := fastConfig(srv.URL)
 	cfg.MaxAttempts = 3
 	cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -106,21 +105,4 @@ func TestConnectionRefusedIsKnownNotSent(t *testing.T) {
 	if !pe.NotSent || !pe.Retryable() || !strings.Contains(pe.Error(), "not sent") {
 		t.Errorf("error %q (%+v): want retryable, known not sent", pe, pe)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,27 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/sim"
 	"github.com/claimfirst/claimfirst/worker"
 )
-
-// syncBuffer is a log sink safe for the worker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestOutcomesCountedAndLoggedTogether runs the long-poll transport on the
 // simulator's in-memory SQS, on a virtual clock: payments that succeed,
@@ -64,7 +46,7 @@ func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 		}
 		var mu sync.Mutex
 		failed := map[string]bool{}
-		logs := &syncBuffer{}
+		logs := &syncbuf.Buffer{}
 		metrics := worker.NewMetrics(prometheus.NewRegistry())
 		cfg := worker.Config{}
 		cfg.QueueURL, cfg.SQS, cfg.Store = url, q, memory.New(memory.Config{})

@@ -548,24 +548,30 @@ func testRenewMovesExpiryPastTheLease(h *harness, key string) {
 	h.wantOutcome(h.acquire(key, "w2"), claimstore.HeldElsewhere)
 }
 
+// race has n callers acquire key at once and returns what each got.
+func (h *harness) race(key string, n int) ([]claimstore.Acquisition, []error) {
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]claimstore.Acquisition, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = h.s.Acquire(context.Background(), h.params(key, "racer"))
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, errs
+}
+
 func testRacingAcquirersOneWinner(h *harness, key string) {
 	const racers = 16
 	for round := range h.opts.RaceRounds {
 		k := fmt.Sprintf("%s-%d", key, round)
-		var (
-			wg      sync.WaitGroup
-			start   = make(chan struct{})
-			results = make([]claimstore.Acquisition, racers)
-			errs    = make([]error, racers)
-		)
-		for i := range racers {
-			wg.Go(func() {
-				<-start
-				results[i], errs[i] = h.s.Acquire(context.Background(), h.params(k, "racer"))
-			})
-		}
-		close(start)
-		wg.Wait()
+		results, errs := h.race(k, racers)
 		winners := 0
 		for i := range racers {
 			if errs[i] != nil {
@@ -588,20 +594,7 @@ func testRacingAcquirersOneWinner(h *harness, key string) {
 func testRacingTakeoverOneWinner(h *harness, key string) {
 	const racers = 16
 	h.release(h.acquire(key, "w0").Claim, "")
-	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-		results = make([]claimstore.Acquisition, racers)
-		errs    = make([]error, racers)
-	)
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = h.s.Acquire(context.Background(), h.params(key, "racer"))
-		})
-	}
-	close(start)
-	wg.Wait()
+	results, errs := h.race(key, racers)
 	winners := 0
 	for i := range racers {
 		if errs[i] != nil {

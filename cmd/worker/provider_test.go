@@ -9,38 +9,20 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 )
-
-// providerOutput is a bytes.Buffer safe for concurrent writes.
-type providerOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *providerOutput) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *providerOutput) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestProviderCommandServesUntilCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stdout, stdoutW := io.Pipe()
-	var stderr providerOutput
+	var stderr syncbuf.Buffer
 	env := map[string]string{"PROVIDER_LATENCY": "1ms"}
 	exit := make(chan int, 1)
 	go func() {
@@ -146,7 +128,7 @@ func startProviderCommand(t *testing.T, args []string, env map[string]string) st
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	stdout, stdoutW := io.Pipe()
-	var stderr providerOutput
+	var stderr syncbuf.Buffer
 	exit := make(chan int, 1)
 	go func() {
 		code := run(ctx, append([]string{"provider", "-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdoutW, &stderr)
