@@ -159,11 +159,12 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		}
 	}
 	// FIFO: a group's records one at a time, in order (see fifo.go).
-	runs := groupRuns(len(ev.Records), fifoEvent(ev) || l.queue.FIFO, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
+	fifo := fifoEvent(ev) || l.queue.FIFO
+	runs := groupRuns(len(ev.Records), fifo, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
 	causes := make([]action, len(ev.Records))
 	runGroups(runs, l.cfg.Concurrency, func(i int) bool {
 		r := &ev.Records[i]
-		done, act := l.record(ctx, r, deadline)
+		done, act := l.record(ctx, r, deadline, fifo)
 		if !done {
 			causes[i] = act
 			fail(r)
@@ -208,7 +209,7 @@ func (l *Lambda) Queue() QueueInfo { return l.queue }
 
 // record processes one record and reports whether it is done, and what was
 // decided for it.
-func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time) (bool, action) {
+func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time, fifo bool) (bool, action) {
 	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1),
 		AWSTraceHeader: r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)]}
@@ -221,7 +222,7 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 		}
 	}
 	until := deadline.Add(-l.cfg.LeaseMargin)
-	disp := l.proc.process(ctx, m, lease{until: until, deadline: until})
+	disp := l.proc.process(ctx, m, lease{until: until, deadline: until, fifo: fifo})
 	return act(disp, lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.action
 }
 

@@ -82,6 +82,8 @@ type lease struct {
 	probe bool
 	// holdUntil is how long the message may be held retrying in process.
 	holdUntil time.Time
+	// fifo marks a message of a FIFO queue (see failures).
+	fifo bool
 	// acq is the acquisition id the delivery claims its key with, the same
 	// for every in-process retry: a retry then finds a try whose answer was
 	// lost (applied, the connection cut) as its own claim, not as one held
@@ -252,7 +254,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		return disposition{action: actAck}
 	}
 
-	delay := max(p.schedule.delay(failures(m, c)), retryAfterOf(herr))
+	delay := max(p.schedule.delay(failures(m, c, l.fifo)), retryAfterOf(herr))
 	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
 		if errors.Is(rerr, once.ErrLeaseLost) {
 			p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
@@ -280,14 +282,18 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	return disposition{action: actRetry, delay: delay}
 }
 
-// failures is which failure of m's key this one is, for its backoff: the
-// claim's attempts (acquisitions of the key), not more than the message's
-// receives. A FIFO message returned unstarted behind a failed one of its
-// group is received again without being tried; its receive count grows
-// with the failures of the messages in front of it, its attempts do not.
-func failures(m *Message, c *once.Claim) int {
+// failures is which failure of m's key this one is, for its backoff, so
+// that the backoffs span OutageCover before the receives run out: on a
+// standard queue its receive count, since every receive it spent (a store
+// error before its claim too) brings the redrive nearer; on a FIFO queue
+// the claim's attempts (acquisitions of the key), not more than its
+// receives, because a message returned unstarted behind a failed one of its
+// group is received again without being tried: its receive count grows
+// with the failures of the messages in front of it, its attempts do not
+// (FIFOMaxReceiveCount leaves room for those receives).
+func failures(m *Message, c *once.Claim, fifo bool) int {
 	n := m.ReceiveCount
-	if a := int(min(c.Attempt, int64(n))); a >= 1 {
+	if a := int(min(c.Attempt, int64(n))); fifo && a >= 1 {
 		n = a
 	}
 	return n

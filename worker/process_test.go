@@ -687,19 +687,26 @@ func TestProtocolReadsTheInjectedClock(t *testing.T) {
 
 // TestBackoffFollowsTheMessagesOwnFailures: a FIFO message returned unstarted
 // behind others of its group comes back with a receive count grown by their
-// failures; its first failure is still its first, and the claim says so.
+// failures; its first failure is still its first, and the claim says so. On
+// a standard queue every receive counts.
 func TestBackoffFollowsTheMessagesOwnFailures(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name         string
+		fifo         bool
 		receiveCount int
 		earlier      int // failed attempts of the key before this one
 		want         int // the failure the delay is scheduled for
 	}{
-		{"first failure behind four returns", 5, 0, 1},
-		{"third failure, receives match", 3, 2, 3},
-		{"second failure behind returns", 7, 1, 2},
-		{"attempts beyond receives (another copy of the key)", 2, 4, 2},
+		{"first failure behind four returns", true, 5, 0, 1},
+		{"third failure, receives match", true, 3, 2, 3},
+		{"second failure behind returns", true, 7, 1, 2},
+		{"attempts beyond receives (another copy of the key)", true, 2, 4, 2},
+		// A standard queue returns nothing behind others: a receive spent
+		// without a claim (a store error before it) still brings the
+		// redrive nearer, and the schedule must count it.
+		{"standard queue, two receives lost to store errors", false, 5, 2, 5},
+		{"standard queue, receives match", false, 3, 2, 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -718,7 +725,9 @@ func TestBackoffFollowsTheMessagesOwnFailures(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: tc.receiveCount}, f.lease())
+			l := f.lease()
+			l.fifo = tc.fifo
+			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: tc.receiveCount}, l)
 			lo := f.p.schedule.delays[tc.want-1]
 			if d.action != actRetry || d.delay < lo || d.delay > lo+lo/4 {
 				t.Errorf("disposition %v after %s, want retry after %s (the failure %d's delay, up to a quarter more)",

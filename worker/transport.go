@@ -155,6 +155,7 @@ func (t *transport) deliver(d *sqsDelivery) (disp disposition, done bool) {
 	capAt := d.receivedAt.Add(MaxVisibility)
 	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
 	l := lease{
+		fifo:      w.queue.FIFO,
 		until:     from.Add(vis - w.cfg.LeaseMargin),
 		deadline:  capAt.Add(-w.cfg.LeaseMargin),
 		interval:  w.cfg.HeartbeatInterval,
