@@ -50,9 +50,10 @@ import (
 // record of the group: a FIFO queue's maxReceiveCount needs room for them
 // (FIFOMaxReceiveCount).
 //
-// A message's retry delay follows its own failures (its claim's attempts),
-// not its receive count, which grows each time it is returned behind a
-// failed message of its group. Where it can (HoldFor, not a probe, not
+// A FIFO message's retry delay follows its own failures (its claim's
+// attempts), not its receive count, which grows each time it is returned
+// behind a failed message of its group (a standard queue's follows the
+// receive count: see failures). Where it can (HoldFor, not a probe, not
 // stopping) the container retries a failure in process while the group's
 // later messages wait invisible, spending no receive.
 //
