@@ -94,20 +94,20 @@ func checkLease(t *testing.T, res leaseResult, err error, payments int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed := testPayments / 50
+	crashed := payments / 50
 	without, with := res.WithoutLease, res.WithLease
 	for _, r := range []leaseRow{without, with} {
-		if r.Payments != testPayments || r.Crashed != crashed {
-			t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, testPayments, crashed)
+		if r.Payments != payments || r.Crashed != crashed {
+			t.Fatalf("payments %d, crashed %d; want %d, %d", r.Payments, r.Crashed, payments, crashed)
 		}
 	}
-	if without.Charges != testPayments-crashed || without.DeadLettered != crashed || without.Takeovers != 0 {
+	if without.Charges != payments-crashed || without.DeadLettered != crashed || without.Takeovers != 0 {
 		t.Errorf("claim without lease: charges %d, dead-lettered %d, takeovers %d; want %d, %d, 0",
-			without.Charges, without.DeadLettered, without.Takeovers, testPayments-crashed, crashed)
+			without.Charges, without.DeadLettered, without.Takeovers, payments-crashed, crashed)
 	}
-	if with.Charges != testPayments || with.DeadLettered != 0 || with.Takeovers != crashed {
+	if with.Charges != payments || with.DeadLettered != 0 || with.Takeovers != crashed {
 		t.Errorf("claim with lease: charges %d, dead-lettered %d, takeovers %d; want %d, 0, %d",
-			with.Charges, with.DeadLettered, with.Takeovers, testPayments, crashed)
+			with.Charges, with.DeadLettered, with.Takeovers, payments, crashed)
 	}
 }
 
