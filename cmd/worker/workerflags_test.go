@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +77,65 @@ func TestLibraryErrorsNameTheSetting(t *testing.T) {
 	code, _, stderr := runWorker(t, map[string]string{"CLAIM_TABLE": "claims"}, "run")
 	if code != 2 || !strings.Contains(stderr, "QUEUE_URL (-queue-url) is required") {
 		t.Errorf("no QUEUE_URL: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestREADMESettingsTable: the README's table of settings lists every row
+// of workerSettings with its flag, and where the library names a default,
+// the README's is the library's (a default changed in the library and not
+// in the README fails here).
+func TestREADMESettingsTable(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{} // env -> cells
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "| `") {
+			continue
+		}
+		cells := strings.Split(l, "|")
+		if len(cells) < 6 {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.Trim(strings.TrimSpace(cells[i]), "`")
+		}
+		rows[cells[1]] = cells[1:]
+	}
+	defaults := map[string]any{
+		"Concurrency": worker.DefaultConcurrency, "ShutdownTimeout": worker.DefaultShutdownTimeout,
+		"OutageCover": worker.DefaultOutageCover, "HoldFor": worker.DefaultHoldFor,
+		"BreakerThreshold": worker.DefaultBreakerThreshold, "ProbeInterval": worker.DefaultProbeInterval,
+	}
+	for _, r := range workerSettings {
+		cells, ok := rows[r.env]
+		if !ok {
+			t.Errorf("README: no row for %s", r.env)
+			continue
+		}
+		if cells[1] != "-"+r.flag {
+			t.Errorf("README: %s's flag is %q, want -%s", r.env, cells[1], r.flag)
+		}
+		want, ok := defaults[r.field]
+		if !ok {
+			continue
+		}
+		first := strings.Fields(cells[3])
+		if len(first) == 0 {
+			t.Errorf("README: %s has no default, the library's is %v", r.env, want)
+			continue
+		}
+		var got any
+		switch want.(type) {
+		case time.Duration:
+			got, err = time.ParseDuration(first[0])
+		default:
+			got, err = strconv.Atoi(first[0])
+		}
+		if err != nil || got != want {
+			t.Errorf("README: %s's default is %q, the library's is %v", r.env, cells[3], want)
+		}
 	}
 }
