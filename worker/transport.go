@@ -13,7 +13,7 @@ import (
 )
 
 // transport is the long-poll transport of one Run: the pollers receive
-// into its pool of handler slots, each delivery runs the per-message
+// into its pool of handler slots (one probe slot while the breaker is open), each delivery runs the per-message
 // protocol (processor) and the transport carries out its disposition (ack
 // through the deleter, visibility, dead-letter), FIFO groups in order.
 type transport struct {
@@ -23,6 +23,7 @@ type transport struct {
 	batch    int // messages asked for per receive
 	del      *deleter
 	handlers sync.WaitGroup
+	probe    chan struct{} // a token per probe in flight while the breaker is open
 }
 
 // poll receives batches while ctx lives, never more messages than there are
@@ -44,7 +45,7 @@ func (t *transport) poll(ctx context.Context) {
 		n, probe := t.batch, false
 		if open, _, _ := w.proc.breaker.state(); open {
 			select {
-			case w.probe <- struct{}{}:
+			case t.probe <- struct{}{}:
 				n, probe = 1, true
 			default:
 				sleepCtx(ctx, 100*time.Millisecond)
@@ -56,7 +57,7 @@ func (t *transport) poll(ctx context.Context) {
 		}
 		endProbe := func() {
 			if probe {
-				<-w.probe
+				<-t.probe
 			}
 		}
 		if !p.take(ctx, n) {
@@ -127,7 +128,7 @@ func (t *transport) poll(ctx context.Context) {
 				free := func() {}
 				if d.probe {
 					var stop func()
-					free, stop = w.holdProbe(d)
+					free, stop = t.holdProbe(d)
 					defer stop()
 				}
 				t.deliver(d)
@@ -142,6 +143,26 @@ func (t *transport) poll(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// holdProbe returns free, which gives the breaker's probe slot back (once),
+// and stop, which ends its watch: if the probe has not freed its slot when
+// its first lease ends (the receipt plus the visibility timeout, less the
+// margin: what the lease's watchdog allows a receive), the slot is given
+// back then, so that a handler that ignores its context cannot stop the
+// pollers from probing again. The handler itself runs on, holding its
+// message.
+func (t *transport) holdProbe(d *sqsDelivery) (free, stop func()) {
+	w := t.w
+	var once sync.Once
+	free = func() { once.Do(func() { <-t.probe }) }
+	deadline := d.receivedAt.Add(w.cfg.VisibilityTimeout - w.cfg.LeaseMargin)
+	timer := time.AfterFunc(deadline.Sub(w.cfg.Now()), func() {
+		w.log.Warn("probe still running at its lease's end; giving the probe slot back so the pollers can probe again",
+			slog.String("message_id", d.msg.ID))
+		free()
+	})
+	return free, func() { timer.Stop() }
 }
 
 // deliver runs the protocol for one delivery and carries out its

@@ -38,7 +38,6 @@ type Worker struct {
 	log   *slog.Logger
 	ready chan struct{}
 	stop  chan struct{} // closed when Run's context ends: held messages go back
-	probe chan struct{} // a token per probe in flight while the breaker is open
 
 	inFlight sync.Map // message id -> struct{}: handlers running, named if shutdown abandons them
 }
@@ -93,7 +92,6 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		log:   log,
 		ready: make(chan struct{}),
 		stop:  make(chan struct{}),
-		probe: make(chan struct{}, 1),
 		proc:  proc,
 	}
 	w.remeasure(ctx) // before the first receive: a long poll bounds the offset only loosely
@@ -188,7 +186,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// runs out. A poller receives only when a batch's worth of slots is free:
 	// fewer idles a few handlers for a moment, but it keeps receives full
 	// (half of Concurrency, up to ten) instead of one message each.
-	t := &transport{w: w, hctx: hctx, del: del,
+	t := &transport{w: w, hctx: hctx, del: del, probe: make(chan struct{}, 1),
 		pool: &pool{slots: make(chan struct{}, w.cfg.Concurrency)}, batch: min(receiveBatch, max(1, w.cfg.Concurrency/2))}
 	var pollers sync.WaitGroup
 	for range w.cfg.Pollers {
@@ -300,25 +298,6 @@ func (p *pool) give(n int) {
 	for range n {
 		<-p.slots
 	}
-}
-
-// holdProbe returns free, which gives the breaker's probe slot back (once),
-// and stop, which ends its watch: if the probe has not freed its slot when
-// its first lease ends (the receipt plus the visibility timeout, less the
-// margin: what the lease's watchdog allows a receive), the slot is given
-// back then, so that a handler that ignores its context cannot stop the
-// pollers from probing again. The handler itself runs on, holding its
-// message.
-func (w *Worker) holdProbe(d *sqsDelivery) (free, stop func()) {
-	var once sync.Once
-	free = func() { once.Do(func() { <-w.probe }) }
-	deadline := d.receivedAt.Add(w.cfg.VisibilityTimeout - w.cfg.LeaseMargin)
-	t := time.AfterFunc(deadline.Sub(w.cfg.Now()), func() {
-		w.log.Warn("probe still running at its lease's end; giving the probe slot back so the pollers can probe again",
-			slog.String("message_id", d.msg.ID))
-		free()
-	})
-	return free, func() { t.Stop() }
 }
 
 // receiveSystemAttributes are the system attributes every receive asks for.
