@@ -109,7 +109,9 @@ func newStatements(table string) statements {
 	var s statements
 	// Acquire: insert the new row; on conflict, take the row over where
 	// claimstore.Claim.Decide would (expired, or fingerprint compatible and
-	// released or past its lease), never over the caller's own acquisition.
+	// released or past its lease), never over the caller's own acquisition
+	// in progress (a retry whose first try landed); the caller's own row
+	// released, or completed and expired, is taken over like anyone's.
 	// excluded.first_at is now truncated to the millisecond: lease_until
 	// and expires_at are millisecond-aligned, so comparing with it is
 	// comparing with now. When nothing was written, the second branch
@@ -130,7 +132,7 @@ w AS (
 		first_at = CASE WHEN c.expires_at > excluded.first_at OR c.status <> 'COMPLETED' THEN c.first_at ELSE excluded.first_at END,
 		fingerprint = CASE WHEN c.expires_at > excluded.first_at AND excluded.fingerprint = '' THEN c.fingerprint ELSE excluded.fingerprint END,
 		last_error = CASE WHEN c.expires_at > excluded.first_at THEN c.last_error ELSE '' END
-	WHERE c.acq <> excluded.acq AND (c.expires_at <= excluded.first_at OR (
+	WHERE NOT (c.acq = excluded.acq AND c.status = 'IN_PROGRESS') AND (c.expires_at <= excluded.first_at OR (
 		(c.fingerprint = '' OR excluded.fingerprint = '' OR c.fingerprint = excluded.fingerprint) AND
 		(c.status = 'RELEASED' OR (c.status = 'IN_PROGRESS' AND c.lease_until <= excluded.first_at))))
 	RETURNING ` + prefixed("c.", columns) + `
