@@ -13,8 +13,9 @@
 //     claimstore.Claim.Decide says what it means: the caller's own applied
 //     write, key reuse, a duplicate or a live holder.
 //   - Renew, Complete and Release are UPDATEs conditioned on "acq = mine
-//     AND status = IN_PROGRESS"; the same statement reports the row's
-//     status under the caller's acq, to recognize its own applied write.
+//     AND status = IN_PROGRESS"; one that wrote nothing reads the row's
+//     status under the caller's acq in a second statement (a fresh
+//     snapshot), to recognize its own applied write.
 //   - CompleteTx is Complete and the handler's own statements (Writes) in
 //     one transaction, the completion first.
 //

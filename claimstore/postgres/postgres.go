@@ -87,6 +87,7 @@ type Store struct {
 // statements are the store's SQL, with the table's name in them, built once.
 type statements struct {
 	acquire, renew, complete, release, get, sweep string
+	holderStatus                                  string
 	forceRelease, forceComplete, forget           string
 }
 
@@ -143,13 +144,18 @@ SELECT false, ` + prefixed("c.", columns) + `, (SELECT t FROM n) FROM ` + t + ` 
 	WHERE c.key = $1 AND NOT EXISTS (SELECT 1 FROM w)`
 
 	// The holder's writes: conditioned on its acquisition and the claim in
-	// progress; the second column is the row's status if it carries the
-	// holder's acquisition, to recognize its own earlier write.
+	// progress. A write that changed nothing is followed by holderStatus,
+	// the row's status if it carries the holder's acquisition, to recognize
+	// its own earlier write. That read is a statement of its own: the
+	// write's statement reads a snapshot taken before it waited for the
+	// row's lock, which misses the first try if that committed meanwhile,
+	// while a new statement in READ COMMITTED reads the newest row.
 	holder := func(set string) string {
 		return `WITH n AS (SELECT ` + fmt.Sprintf(nowSQL, "$3") + ` AS t),
 u AS (UPDATE ` + t + ` SET ` + set + ` FROM n WHERE key = $1 AND acq = $2 AND status = 'IN_PROGRESS' RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM u), coalesce((SELECT status FROM ` + t + ` WHERE key = $1 AND acq = $2), '')`
+SELECT EXISTS (SELECT 1 FROM u)`
 	}
+	s.holderStatus = `SELECT coalesce((SELECT status FROM ` + t + ` WHERE key = $1 AND acq = $2), '')`
 	s.renew = holder(`lease_until = ` + fmt.Sprintf(leaseSQL, "n.t", "$4") +
 		`, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "greatest($4::bigint, $5::bigint)"))
 	s.complete = holder(`status = 'COMPLETED', result = $4, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "$5"))
@@ -321,30 +327,42 @@ func (s *Store) Release(ctx context.Context, p claimstore.ReleaseParams) error {
 		claimstore.TruncateLastError(p.LastError))
 }
 
-// holderWrite runs one of the holder's writes through q (a DB or a
-// transaction). A write that changed nothing but finds the holder's
-// acquisition already in target is its own earlier try, applied: success.
+// holderWrite runs one of the holder's writes. A write that changed
+// nothing but finds the holder's acquisition already in target is its own
+// earlier try, applied: success.
 func (s *Store) holderWrite(ctx context.Context, op, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) error {
-	return holderWriteOn(ctx, s.cfg.DB, op, s.cfg.KeyPrefix, sql, target, h, now, args...)
+	written, err := s.holderWriteOn(ctx, s.cfg.DB, op, sql, target, h, now, args...)
+	if err == nil && !written {
+		return nil // the first try, applied
+	}
+	return err
 }
 
 type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func holderWriteOn(ctx context.Context, q queryRower, op, prefix, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) error {
-	var (
-		written bool
-		status  string
-	)
-	all := append([]any{claimstore.StoredKey(prefix, h.Key), h.Acq, now}, args...)
-	if err := q.QueryRow(ctx, sql, all...).Scan(&written, &status); err != nil {
-		return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, err)
+// holderWriteOn runs one of the holder's writes through q (the pool or a
+// transaction) and reports whether this statement wrote; when it did not,
+// it reads the row afresh and returns nil if it is the holder's own in
+// target (an earlier try, applied), ErrLeaseLost otherwise.
+func (s *Store) holderWriteOn(ctx context.Context, q queryRower, op, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) (written bool, err error) {
+	key := claimstore.StoredKey(s.cfg.KeyPrefix, h.Key)
+	all := append([]any{key, h.Acq, now}, args...)
+	if err := q.QueryRow(ctx, sql, all...).Scan(&written); err != nil {
+		return false, fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, err)
 	}
-	if written || claimstore.Status(status) == target {
-		return nil
+	if written {
+		return true, nil
 	}
-	return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, claimstore.ErrLeaseLost)
+	var status string
+	if err := q.QueryRow(ctx, s.sql.holderStatus, key, h.Acq).Scan(&status); err != nil {
+		return false, fmt.Errorf("%s %q token %d: read after an unapplied write: %w", op, h.Key, h.Token, err)
+	}
+	if claimstore.Status(status) == target {
+		return false, nil
+	}
+	return false, fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, claimstore.ErrLeaseLost)
 }
 
 // Get implements claimstore.Store.
