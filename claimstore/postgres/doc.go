@@ -3,8 +3,9 @@
 // The table (schema/v1.sql, created by CreateSchema or `worker setup
 // -postgres`) has one row per key, the key its primary key: the seed's
 // INSERT with a unique constraint, where the database decides who won.
-// Every operation is one statement and one round trip on the happy path,
-// and none reads before it writes:
+// Every operation is one statement and one round trip on the happy path
+// (batched behind the server's bounds on it, Config.Timeout), and none
+// reads before it writes:
 //
 //   - Acquire is an INSERT ... ON CONFLICT DO UPDATE whose WHERE is the
 //     takeover rule (the row expired, released, or past its lease, with a
