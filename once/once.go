@@ -81,8 +81,11 @@ type Options struct {
 	// Acq is the acquisition id the key is claimed with (see
 	// claimstore.AcquireParams.Acq). A caller retrying Acquire after a store
 	// error passes the same one each time, so that a try whose answer was
-	// lost is found as its own claim, not as one held elsewhere. Defaults to
-	// a new one per call.
+	// lost is found as its own claim, not as one held elsewhere. After a
+	// release (the function failed and the call returned its error) the
+	// claim is free: a later call with the same Acq takes it over as any
+	// acquirer would, with a new token, on every store; a new Acq does the
+	// same. Defaults to a new one per call.
 	Acq string
 	// Retry, if set, decides whether a completion (op "complete" or
 	// "complete_tx") that failed in the store is tried again: it waits as it

@@ -118,6 +118,7 @@ func protocolBehaviours() []behaviour {
 		{"invalid_params_rejected", testInvalidParamsRejected},
 		{"own_applied_acquire_recognized", testOwnAppliedAcquireRecognized},
 		{"own_applied_takeover_recognized", testOwnAppliedTakeoverRecognized},
+		{"own_acq_after_release_takes_over", testOwnAcqAfterReleaseTakesOver},
 		{"applied_then_retried_complete_is_success", testAppliedThenRetriedCompleteIsSuccess},
 		{"applied_then_retried_release_is_success", testAppliedThenRetriedReleaseIsSuccess},
 		{"acq_is_new_per_acquisition", testAcqIsNewPerAcquisition},
@@ -351,6 +352,35 @@ func testOwnAppliedTakeoverRecognized(h *harness, key string) {
 	h.wantOutcome(again, claimstore.Acquired)
 	if again.Claim.Token != 2 || again.Claim.Acq != p.Acq {
 		h.t.Fatalf("retried takeover = %+v, want token 2 with acq %s", again.Claim, p.Acq)
+	}
+}
+
+func testOwnAcqAfterReleaseTakesOver(h *harness, key string) {
+	// A caller that reuses its acq after its own release (a retry that
+	// keeps one acq across calls) finds a released row, which any acquirer
+	// takes over: a new token, its acq kept. The same holds for its own
+	// completed row once past its expiry, which counts as absent.
+	p := h.params(key, "w1")
+	p.Acq = claimstore.NewAcq()
+	first := h.acquireWith(p)
+	h.wantOutcome(first, claimstore.Acquired)
+	h.release(first.Claim, "transient")
+	again := h.acquireWith(p)
+	h.wantOutcome(again, claimstore.Acquired)
+	if again.Claim.Token != 2 || again.Claim.Acq != p.Acq || again.Claim.Status != claimstore.StatusInProgress {
+		h.t.Fatalf("acquire with its own acq after its release = %+v, want token 2, acq %s, in progress", again.Claim, p.Acq)
+	}
+	if !again.Claim.LeaseUntil.After(h.clock.Now()) {
+		h.t.Fatalf("lease of the takeover ends at %v, want after now %v", again.Claim.LeaseUntil, h.clock.Now())
+	}
+	h.complete(again.Claim, "ok")
+	h.clock.Advance(retention + time.Second)
+	p = h.params(key, "w1")
+	p.Acq = again.Claim.Acq
+	third := h.acquireWith(p)
+	h.wantOutcome(third, claimstore.Acquired)
+	if third.Claim.Token != 3 || third.Claim.Acq != p.Acq || third.Claim.Result != "" {
+		h.t.Fatalf("acquire with its own acq past the completed row's expiry = %+v, want token 3, acq %s, no result", third.Claim, p.Acq)
 	}
 }
 

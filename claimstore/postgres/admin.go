@@ -52,7 +52,7 @@ func (s *Store) adminRead(ctx context.Context, key, op string, allowed func(clai
 // changed means it moved meanwhile.
 func (s *Store) adminWrite(ctx context.Context, op, sql string, before claimstore.Claim, args ...any) error {
 	all := append([]any{claimstore.StoredKey(s.cfg.KeyPrefix, before.Key), string(before.Status), before.Token, before.Acq}, args...)
-	tag, err := s.cfg.DB.Exec(ctx, sql, all...)
+	tag, err := s.exec(ctx, s.cfg.DB, sql, all...)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s %q: %w", op, before.Key, err)

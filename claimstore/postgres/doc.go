@@ -3,8 +3,9 @@
 // The table (schema/v1.sql, created by CreateSchema or `worker setup
 // -postgres`) has one row per key, the key its primary key: the seed's
 // INSERT with a unique constraint, where the database decides who won.
-// Every operation is one statement and one round trip on the happy path,
-// and none reads before it writes:
+// Every operation is one statement and one round trip on the happy path
+// (batched behind the server's bounds on it, Config.Timeout), and none
+// reads before it writes:
 //
 //   - Acquire is an INSERT ... ON CONFLICT DO UPDATE whose WHERE is the
 //     takeover rule (the row expired, released, or past its lease, with a
@@ -13,8 +14,9 @@
 //     claimstore.Claim.Decide says what it means: the caller's own applied
 //     write, key reuse, a duplicate or a live holder.
 //   - Renew, Complete and Release are UPDATEs conditioned on "acq = mine
-//     AND status = IN_PROGRESS"; the same statement reports the row's
-//     status under the caller's acq, to recognize its own applied write.
+//     AND status = IN_PROGRESS"; one that wrote nothing reads the row's
+//     status under the caller's acq in a second statement (a fresh
+//     snapshot), to recognize its own applied write.
 //   - CompleteTx is Complete and the handler's own statements (Writes) in
 //     one transaction, the completion first.
 //

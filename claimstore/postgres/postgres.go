@@ -23,11 +23,13 @@ var (
 // DefaultTable is the claim table's name in schema/v1.sql.
 const DefaultTable = "claimfirst_claims"
 
-// DB is the part of *pgxpool.Pool the store uses (a *pgx.Conn has it too).
+// DB is the part of *pgxpool.Pool the store uses (a *pgx.Conn and a pgx.Tx
+// have it too).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -47,11 +49,24 @@ type Config struct {
 	// nil: the database's clock_timestamp(), so that the workers' clocks
 	// do not take part in the protocol.
 	Now func() time.Time
+	// Timeout bounds the store's work on the server, not only in the
+	// caller: each statement (statement_timeout, lock_timeout) and, in
+	// CompleteTx, each pause of its transaction (the session ends after
+	// idle_in_transaction_session_timeout), Writes' statements included.
+	// A client the network cut off mid-transaction otherwise leaves the
+	// claim's row locked, and every later acquire and completion of the
+	// key waiting, until the server's TCP keepalive notices (two hours by
+	// default). Set it to the callers' own bound on a store call
+	// (once.Options.StoreTimeout). Defaults to 10s.
+	Timeout time.Duration
 	// Local is the caller's clock, used only to turn the caller's instants
 	// (a lease's end) into durations from now and the database's instants
 	// back into the caller's; Now replaces it when set. Defaults to time.Now.
 	Local func() time.Time
 }
+
+// DefaultTimeout is Config.Timeout's default.
+const DefaultTimeout = 10 * time.Second
 
 var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -61,6 +76,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Local == nil {
 		c.Local = time.Now
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
 	}
 	if c.Now != nil {
 		c.Local = c.Now
@@ -75,18 +93,23 @@ func (c *Config) validate() error {
 	if !tableName.MatchString(c.Table) {
 		errs = append(errs, fmt.Errorf("Table %q: want lower-case letters, digits and underscores, at most 63", c.Table))
 	}
+	if c.Timeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Timeout %v: want at least 1ms", c.Timeout))
+	}
 	return errors.Join(errs...)
 }
 
 // Store is a claimstore.Store on a PostgreSQL table, safe for concurrent use.
 type Store struct {
-	cfg Config
-	sql statements
+	cfg     Config
+	sql     statements
+	timeout string // Config.Timeout as a server setting
 }
 
 // statements are the store's SQL, with the table's name in them, built once.
 type statements struct {
 	acquire, renew, complete, release, get, sweep string
+	holderStatus, bounds                          string
 	forceRelease, forceComplete, forget           string
 }
 
@@ -109,7 +132,9 @@ func newStatements(table string) statements {
 	var s statements
 	// Acquire: insert the new row; on conflict, take the row over where
 	// claimstore.Claim.Decide would (expired, or fingerprint compatible and
-	// released or past its lease), never over the caller's own acquisition.
+	// released or past its lease), never over the caller's own acquisition
+	// in progress (a retry whose first try landed); the caller's own row
+	// released, or completed and expired, is taken over like anyone's.
 	// excluded.first_at is now truncated to the millisecond: lease_until
 	// and expires_at are millisecond-aligned, so comparing with it is
 	// comparing with now. When nothing was written, the second branch
@@ -130,7 +155,7 @@ w AS (
 		first_at = CASE WHEN c.expires_at > excluded.first_at OR c.status <> 'COMPLETED' THEN c.first_at ELSE excluded.first_at END,
 		fingerprint = CASE WHEN c.expires_at > excluded.first_at AND excluded.fingerprint = '' THEN c.fingerprint ELSE excluded.fingerprint END,
 		last_error = CASE WHEN c.expires_at > excluded.first_at THEN c.last_error ELSE '' END
-	WHERE c.acq <> excluded.acq AND (c.expires_at <= excluded.first_at OR (
+	WHERE NOT (c.acq = excluded.acq AND c.status = 'IN_PROGRESS') AND (c.expires_at <= excluded.first_at OR (
 		(c.fingerprint = '' OR excluded.fingerprint = '' OR c.fingerprint = excluded.fingerprint) AND
 		(c.status = 'RELEASED' OR (c.status = 'IN_PROGRESS' AND c.lease_until <= excluded.first_at))))
 	RETURNING ` + prefixed("c.", columns) + `
@@ -141,17 +166,27 @@ SELECT false, ` + prefixed("c.", columns) + `, (SELECT t FROM n) FROM ` + t + ` 
 	WHERE c.key = $1 AND NOT EXISTS (SELECT 1 FROM w)`
 
 	// The holder's writes: conditioned on its acquisition and the claim in
-	// progress; the second column is the row's status if it carries the
-	// holder's acquisition, to recognize its own earlier write.
+	// progress. A write that changed nothing is followed by holderStatus,
+	// the row's status if it carries the holder's acquisition, to recognize
+	// its own earlier write. That read is a statement of its own: the
+	// write's statement reads a snapshot taken before it waited for the
+	// row's lock, which misses the first try if that committed meanwhile,
+	// while a new statement in READ COMMITTED reads the newest row.
 	holder := func(set string) string {
 		return `WITH n AS (SELECT ` + fmt.Sprintf(nowSQL, "$3") + ` AS t),
 u AS (UPDATE ` + t + ` SET ` + set + ` FROM n WHERE key = $1 AND acq = $2 AND status = 'IN_PROGRESS' RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM u), coalesce((SELECT status FROM ` + t + ` WHERE key = $1 AND acq = $2), '')`
+SELECT EXISTS (SELECT 1 FROM u)`
 	}
+	s.holderStatus = `SELECT coalesce((SELECT status FROM ` + t + ` WHERE key = $1 AND acq = $2), '')`
 	s.renew = holder(`lease_until = ` + fmt.Sprintf(leaseSQL, "n.t", "$4") +
 		`, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "greatest($4::bigint, $5::bigint)"))
 	s.complete = holder(`status = 'COMPLETED', result = $4, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "$5"))
 	s.release = holder(`status = 'RELEASED', last_error = CASE WHEN $4 = '' THEN last_error ELSE $4 END`)
+
+	// The server's bounds on the statement that follows in the same
+	// transaction: the implicit one of a batch, or CompleteTx's.
+	s.bounds = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true),
+	set_config('idle_in_transaction_session_timeout', $1, true)`
 
 	s.get = `WITH n AS (SELECT ` + fmt.Sprintf(nowSQL, "$2") + ` AS t)
 SELECT true, ` + columns + `, n.t FROM ` + t + `, n WHERE key = $1`
@@ -189,8 +224,70 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{cfg: cfg, sql: newStatements(cfg.Table)}, nil
+	return &Store{cfg: cfg, sql: newStatements(cfg.Table), timeout: fmt.Sprintf("%dms", cfg.Timeout.Milliseconds())}, nil
 }
+
+// batcher runs statements in one round trip: a pool, a connection or a
+// transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// bounded queues the server's bounds (Config.Timeout) before sql in one
+// batch on q, which runs them in one round trip and one transaction (q's,
+// or the batch's own), and returns the batch's results positioned at sql's.
+func (s *Store) bounded(ctx context.Context, q batcher, sql string, args ...any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.bounds, s.timeout)
+	b.Queue(sql, args...)
+	br := q.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+// queryRow is q.QueryRow(ctx, sql, args...) under the server's bounds.
+func (s *Store) queryRow(ctx context.Context, q batcher, sql string, args ...any) pgx.Row {
+	br, err := s.bounded(ctx, q, sql, args...)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{br: br, row: br.QueryRow()}
+}
+
+// exec is q.Exec(ctx, sql, args...) under the server's bounds.
+func (s *Store) exec(ctx context.Context, q batcher, sql string, args ...any) (pgconn.CommandTag, error) {
+	br, err := s.bounded(ctx, q, sql, args...)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// batchRow is a batch's row; Scan closes the batch.
+type batchRow struct {
+	br  pgx.BatchResults
+	row pgx.Row
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// errRow is a row whose statement failed.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // clock returns the statement's $now (nil: the database's clock) and the
 // caller's instant that durations are measured from.
@@ -263,7 +360,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	}
 	var last *row
 	for range maxAttempts {
-		x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.acquire, claimstore.StoredKey(s.cfg.KeyPrefix, p.Key), p.Acq, p.Owner, p.Fingerprint,
+		x, err := s.scan(s.queryRow(ctx, s.cfg.DB, s.sql.acquire, claimstore.StoredKey(s.cfg.KeyPrefix, p.Key), p.Acq, p.Owner, p.Fingerprint,
 			now, micros(p.LeaseUntil, local), micros(p.ExpiresAt, local)), p.Key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -319,30 +416,44 @@ func (s *Store) Release(ctx context.Context, p claimstore.ReleaseParams) error {
 		claimstore.TruncateLastError(p.LastError))
 }
 
-// holderWrite runs one of the holder's writes through q (a DB or a
-// transaction). A write that changed nothing but finds the holder's
-// acquisition already in target is its own earlier try, applied: success.
+// holderWrite runs one of the holder's writes. A write that changed
+// nothing but finds the holder's acquisition already in target is its own
+// earlier try, applied: success.
 func (s *Store) holderWrite(ctx context.Context, op, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) error {
-	return holderWriteOn(ctx, s.cfg.DB, op, s.cfg.KeyPrefix, sql, target, h, now, args...)
+	written, err := s.holderWriteOn(ctx, s.cfg.DB, op, sql, target, h, now, args...)
+	if err == nil && !written {
+		return nil // the first try, applied
+	}
+	return err
 }
 
-type queryRower interface {
+// querier is the part of a pool and of a transaction a holder's write uses.
+type querier interface {
+	batcher
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func holderWriteOn(ctx context.Context, q queryRower, op, prefix, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) error {
-	var (
-		written bool
-		status  string
-	)
-	all := append([]any{claimstore.StoredKey(prefix, h.Key), h.Acq, now}, args...)
-	if err := q.QueryRow(ctx, sql, all...).Scan(&written, &status); err != nil {
-		return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, err)
+// holderWriteOn runs one of the holder's writes through q (the pool or a
+// transaction) and reports whether this statement wrote; when it did not,
+// it reads the row afresh and returns nil if it is the holder's own in
+// target (an earlier try, applied), ErrLeaseLost otherwise.
+func (s *Store) holderWriteOn(ctx context.Context, q querier, op, sql string, target claimstore.Status, h claimstore.Holder, now any, args ...any) (written bool, err error) {
+	key := claimstore.StoredKey(s.cfg.KeyPrefix, h.Key)
+	all := append([]any{key, h.Acq, now}, args...)
+	if err := s.queryRow(ctx, q, sql, all...).Scan(&written); err != nil {
+		return false, fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, err)
 	}
-	if written || claimstore.Status(status) == target {
-		return nil
+	if written {
+		return true, nil
 	}
-	return fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, claimstore.ErrLeaseLost)
+	var status string
+	if err := q.QueryRow(ctx, s.sql.holderStatus, key, h.Acq).Scan(&status); err != nil {
+		return false, fmt.Errorf("%s %q token %d: read after an unapplied write: %w", op, h.Key, h.Token, err)
+	}
+	if claimstore.Status(status) == target {
+		return false, nil
+	}
+	return false, fmt.Errorf("%s %q token %d: %w", op, h.Key, h.Token, claimstore.ErrLeaseLost)
 }
 
 // Get implements claimstore.Store.
@@ -354,7 +465,7 @@ func (s *Store) Get(ctx context.Context, key string) (claimstore.Claim, error) {
 		return claimstore.Claim{}, err
 	}
 	now, local := s.clock()
-	x, err := s.scan(s.cfg.DB.QueryRow(ctx, s.sql.get, claimstore.StoredKey(s.cfg.KeyPrefix, key), now), key)
+	x, err := s.scan(s.queryRow(ctx, s.cfg.DB, s.sql.get, claimstore.StoredKey(s.cfg.KeyPrefix, key), now), key)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return claimstore.Claim{}, fmt.Errorf("get %q: %w", key, claimstore.ErrNotFound)

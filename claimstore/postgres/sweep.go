@@ -45,7 +45,7 @@ func (s *Store) Sweep(ctx context.Context, p SweepParams) (int64, error) {
 			return deleted, nil
 		}
 		now, _ := s.clock()
-		tag, err := s.cfg.DB.Exec(ctx, s.sql.sweep, n, now)
+		tag, err := s.exec(ctx, s.cfg.DB, s.sql.sweep, n, now)
 		if err != nil {
 			return deleted, fmt.Errorf("sweep %s: %w", s.cfg.Table, err)
 		}

@@ -54,16 +54,13 @@ func (s *Store) CompleteTx(ctx context.Context, p claimstore.CompleteParams, w c
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	var written bool
-	var status string
-	err = tx.QueryRow(ctx, s.sql.complete, claimstore.StoredKey(s.cfg.KeyPrefix, p.Key), p.Acq, now, p.Result, micros(p.ExpiresAt, local)).Scan(&written, &status)
+	written, err := s.holderWriteOn(ctx, tx, "complete", s.sql.complete, claimstore.StatusCompleted, p.Holder, now,
+		p.Result, micros(p.ExpiresAt, local))
 	switch {
 	case err != nil:
-		return fmt.Errorf("complete %q token %d: %w", p.Key, p.Token, err)
-	case !written && claimstore.Status(status) == claimstore.StatusCompleted:
-		return nil // the first try committed, writes and all
+		return err
 	case !written:
-		return fmt.Errorf("complete %q token %d: %w", p.Key, p.Token, claimstore.ErrLeaseLost)
+		return nil // the first try committed, writes and all
 	}
 	if err := writes(ctx, tx); err != nil {
 		var wce *claimstore.WriteConditionError

@@ -8,7 +8,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,12 +39,41 @@ func URL(tb testing.TB) string {
 // Pool returns a pool on DATABASE_URL, closed when the test ends.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
+	return PoolAt(tb, "")
+}
+
+// Addr is DATABASE_URL's host:port, for a proxy in front of the server.
+func Addr(tb testing.TB) string {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(tb))
+	if err != nil {
+		tb.Fatalf("DATABASE_URL: %v", err)
+	}
+	return net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+}
+
+// PoolAt returns a pool on DATABASE_URL's database reached at addr
+// (host:port; "" for DATABASE_URL's own), closed when the test ends.
+func PoolAt(tb testing.TB, addr string) *pgxpool.Pool {
+	tb.Helper()
 	u := URL(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		tb.Fatalf("DATABASE_URL: %v", err)
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+		cfg.ConnConfig.Fallbacks = nil
 	}
 	if cfg.MaxConns < 20 {
 		cfg.MaxConns = 20

@@ -1,7 +1,9 @@
 -- claimfirst claim table, schema version 1.
 -- One row per idempotency key; docs/protocol.md describes each column.
 -- Idempotent: `worker setup -postgres` runs it on every setup. To use another
--- table name, the store substitutes it for claimfirst_claims throughout.
+-- table name, the store substitutes it for claimfirst_claims throughout; a
+-- name over 48 characters gets an index name cut to 63 bytes with a hash
+-- of the table's name in it (postgres.CreateSchema), never a truncated one.
 CREATE TABLE IF NOT EXISTS claimfirst_claims (
     key          text        PRIMARY KEY,            -- the idempotency key, with the store's prefix
     status       text        NOT NULL CHECK (status IN ('IN_PROGRESS', 'COMPLETED', 'RELEASED')),
