@@ -42,6 +42,12 @@
 //     handler again; so do 401, 403, 408 and 429 (Options.ReleaseStatuses),
 //     which say nothing about the operation. Every other status is the
 //     key's stored outcome.
+//   - A handler that returns without writing anything once its context is
+//     done (the request's deadline passed) has not answered: the claim is
+//     released and the client gets 503 with Retry-After. A handler that did
+//     the work answers, even late (a bare WriteHeader(200) is an answer);
+//     one that returns without writing while its context is live answers
+//     200 with no body, which is stored.
 //   - A client that disconnects does not end the claim: the handler runs on
 //     a context the disconnect does not cancel (bounded by the request's own
 //     deadline), and its response is stored for the retry.

@@ -239,7 +239,8 @@ const (
 	// Replayed: a repeat got the stored response.
 	Replayed Outcome = "replayed"
 	// Released: the handler answered 5xx, one of Options.ReleaseStatuses,
-	// or panicked; the key is free again.
+	// panicked, or returned without writing after its context ended (503);
+	// the key is free again.
 	Released Outcome = "released"
 	// InFlight: a repeat came while the first request ran (409).
 	InFlight Outcome = "in_flight"
@@ -362,6 +363,14 @@ type errReleased struct{ status int }
 
 func (e errReleased) Error() string { return fmt.Sprintf("handler answered %d", e.status) }
 
+// errUnanswered is the failure of a handler that returned without writing
+// anything after its context ended: the claim is released.
+type errUnanswered struct{ cause error }
+
+func (e errUnanswered) Error() string {
+	return fmt.Sprintf("handler returned without answering after its context ended: %v", e.cause)
+}
+
 func (m *middleware) observe(r *http.Request, o Outcome) {
 	if m.o.Observe != nil {
 		m.o.Observe(r, o)
@@ -435,6 +444,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		rec = &recorder{w: w, max: m.o.MaxResponseBytes}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, callKey{}, c)))
 		if !rec.wrote {
+			if err := ctx.Err(); err != nil {
+				// Stopped by the deadline before it answered: it has not
+				// said the operation is done, so a retry runs it.
+				return "", errUnanswered{context.Cause(ctx)}
+			}
 			rec.WriteHeader(http.StatusOK)
 		}
 		if rec.status >= 500 || m.release[rec.status] {
@@ -454,6 +468,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			log.Warn("response too large to store: repeats of the key will get 500", slog.Int64("body_bytes", rec.size),
 				slog.Int("max_response_bytes", m.o.MaxResponseBytes))
 		}
+	case rec != nil && errors.As(err, new(errUnanswered)):
+		// Nothing reached the client: tell it, if it still listens, to retry.
+		m.reject(w, r, Rejection{Status: http.StatusServiceUnavailable, Outcome: Released, RetryAfter: m.o.RetryAfter,
+			Detail: "the request was not completed before its deadline; retry with the same " + m.o.Header})
 	case rec != nil: // the handler ran and wrote its answer; only the claim is left
 		var se errReleased
 		switch {
