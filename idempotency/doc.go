@@ -28,9 +28,9 @@
 //   - The key is parsed as the draft's Structured Field string ("..."); a
 //     bare value is accepted as the same key, for clients that predate the
 //     draft.
-//   - A repeat with the same fingerprint (a SHA-256 of the method, path,
-//     query and body, length-prefixed, unless Options.Fingerprint says
-//     otherwise) gets the stored
+//   - A repeat with the same fingerprint (a SHA-256 of the method, path as
+//     sent (escaped), query and body, length-prefixed, unless
+//     Options.Fingerprint says otherwise) gets the stored
 //     response again, with Idempotent-Replayed: true; the handler does not run.
 //   - A repeat while the first still runs gets 409 with Retry-After, whatever
 //     its fingerprint: nothing is stored yet to compare it with.

@@ -83,7 +83,7 @@ type Options struct {
 	StoredHeaders []string
 	// Fingerprint says what a request is: a repeat of the key with another
 	// fingerprint gets 422. body is the whole request body. Defaults to a
-	// SHA-256 of the method, the URL path, the query and the body
+	// SHA-256 of the method, the escaped URL path, the query and the body
 	// (RequestFingerprint).
 	Fingerprint func(r *http.Request, body []byte) string
 	// Lease is how long the first request holds its key without a renewal;
@@ -306,15 +306,16 @@ func (rej Rejection) WriteProblem(w http.ResponseWriter) {
 }
 
 // RequestFingerprint is the default fingerprint: a SHA-256 of the method,
-// the URL path, the raw query (with whether there was a "?") and the body,
-// each prefixed with its length so that no two requests run together.
+// the URL path as sent (escaped: /a%2Fb and /a/b are two paths), the raw
+// query (with whether there was a "?") and the body, each prefixed with its
+// length so that no two requests run together.
 func RequestFingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
 	query := ""
 	if r.URL.ForceQuery || r.URL.RawQuery != "" {
 		query = "?" + r.URL.RawQuery
 	}
-	for _, field := range [][]byte{[]byte(r.Method), []byte(r.URL.Path), []byte(query), body} {
+	for _, field := range [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(query), body} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
 		_, _ = h.Write(n[:])
