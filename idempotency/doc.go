@@ -57,9 +57,15 @@
 //     running the handler twice.
 //
 // Keys are also scoped (Options.Scope: a prefix per route or API) so that
-// one table serves many APIs. The store holds, per key, a 128-bit hash of
-// the client (never its name or credential), the request's fingerprint and
-// the stored response.
+// one table serves many APIs. The scope is stored apart from the key, with
+// ScopeSeparator between them (StoreKey), so that scope "pay" with key
+// "out-1" and scope "payout" with key "-1" are two keys. Without a scope,
+// the stored key is as it always was; with one, keys stored by a version
+// before the separator are not found by later ones: a request answered
+// before such an upgrade and retried after it runs the handler again
+// (upgrade when clients have no retries outstanding). The store holds, per key, a
+// 128-bit hash of the client (never its name or credential), the request's
+// fingerprint and the stored response.
 // Rejections are written by Options.Reject, so an API keeps its own error
 // format; Options.Observe sees every outcome, for metrics.
 package idempotency

@@ -48,7 +48,8 @@ type Options struct {
 	Methods []string
 	// Scope returns the prefix of a request's key in the store (a route, an
 	// API), so that one table serves many APIs and keys of different scopes
-	// never meet. Prefix builds a constant one. Defaults to none.
+	// never meet: the scope is stored apart from the key (StoreKey). Prefix
+	// builds a constant one. Defaults to none.
 	Scope func(r *http.Request) string
 	// Client names the client that sent a request (an account, an
 	// authenticated principal): every key is bound to it, so that a client
@@ -324,6 +325,32 @@ func RequestFingerprint(r *http.Request, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// ScopeSeparator stands between a scope and the rest of a stored key
+// (StoreKey). A key never contains it (keys with control characters are
+// refused), so keys of different scopes never meet: scopes "pay" and
+// "payout" store key "out-1" and key "-1" as "pay\x1eout-1" and
+// "payout\x1e-1". It is the ASCII record separator, U+001E.
+const ScopeSeparator = "\x1e"
+
+// StoreKey is the key in the store of the request key key, sent by client
+// (what Options.Client named; "" with SharedKeys) in scope (what
+// Options.Scope returned), for a tool that reads the store beside the
+// middleware. The client is stored as a fixed-length tag, the first 128
+// bits of a SHA-256 of its name, so that its name never reaches the store
+// and cannot run into the key: tag, "#", key. A non-empty scope comes
+// first, then ScopeSeparator; without a scope the layout is as it always
+// was.
+func StoreKey(scope, client, key string) string {
+	if client != "" {
+		tag := sha256.Sum256([]byte(client))
+		key = hex.EncodeToString(tag[:16]) + "#" + key
+	}
+	if scope == "" {
+		return key
+	}
+	return scope + ScopeSeparator + key
+}
+
 // callKey is the context key of the handler's once.Call.
 type callKey struct{}
 
@@ -403,18 +430,15 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: err.Error()})
 		return
 	}
-	storeKey := m.o.Scope(r) + key
+	var client string
 	if m.o.Client != nil {
-		client, err := m.o.Client(r)
+		client, err = m.o.Client(r)
 		if err != nil || client == "" {
 			m.reject(w, r, Rejection{Status: http.StatusUnauthorized, Outcome: NoClient, Detail: "the request does not say which client sent it"})
 			return
 		}
-		// A fixed-length tag of the client: its name never reaches the
-		// store, and no client's name can run into its key.
-		tag := sha256.Sum256([]byte(client))
-		storeKey = m.o.Scope(r) + hex.EncodeToString(tag[:16]) + "#" + key
 	}
+	storeKey := StoreKey(m.o.Scope(r), client, key)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError

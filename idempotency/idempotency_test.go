@@ -348,7 +348,7 @@ func TestScopesKeepKeysApart(t *testing.T) {
 	if r := post(t, b.srv, "k", `{"other":1}`); r.status != http.StatusCreated || r.replayed {
 		t.Errorf("the same key in another scope = %+v, want its own run", r)
 	}
-	if _, err := s.Get(t.Context(), "tenant-a#k"); err != nil {
+	if _, err := s.Get(t.Context(), idempotency.StoreKey("tenant-a#", "", "k")); err != nil {
 		t.Errorf("scoped claim: %v", err)
 	}
 }
