@@ -11,8 +11,9 @@
 //	mux.Handle("POST /v1/charges", authenticate(mw(chargeHandler)))
 //
 // Every key belongs to the client that sent it (Options.Client: the
-// authenticated principal with Principal, or a hash of the Authorization
-// header with AuthorizationHash): a client that sends another client's key
+// authenticated principal with Principal, or an HMAC of the Authorization
+// header keyed with a server Secret, with AuthorizationHash): a client
+// that sends another client's key
 // runs the handler for itself, and never gets the other's response. New
 // refuses options without a Client unless Options.SharedKeys says that all
 // clients share one key space, which is unsafe for any API with more than

@@ -54,7 +54,8 @@ type Options struct {
 	// Client names the client that sent a request (an account, an
 	// authenticated principal): every key is bound to it, so that a client
 	// that sends another client's key never gets that client's response.
-	// Principal and AuthorizationHash build one. An error answers 401
+	// Principal and AuthorizationHash (keyed with a server Secret) build
+	// one. An error answers 401
 	// without running the handler. Required unless SharedKeys is set.
 	// Defaults to nil.
 	Client func(r *http.Request) (string, error)
@@ -139,20 +140,6 @@ func Principal(ctxKey any) func(*http.Request) (string, error) {
 		}
 		return p, nil
 	}
-}
-
-// AuthorizationHash is a Client for an API whose clients each send their
-// own credentials: a SHA-256 of the Authorization header, so that the
-// credential itself is never stored. A new credential (a rotated API key)
-// is a new client, whose keys start afresh. A request without the header
-// gets ErrNoClient (401).
-func AuthorizationHash(r *http.Request) (string, error) {
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		return "", ErrNoClient
-	}
-	sum := sha256.Sum256([]byte(auth))
-	return hex.EncodeToString(sum[:]), nil
 }
 
 func (o *Options) setDefaults() {
