@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log"
@@ -17,13 +18,20 @@ import (
 // production the store is claimstore/dynamo, so that every instance of the
 // API shares the keys and a replay survives a restart.
 func Example() {
+	// Each key belongs to the client that sent it: here, its credential,
+	// hashed with a server secret (the same in every instance, kept across
+	// restarts: read it from a secret store; this store, in memory, lives
+	// only as long as the process, and so may its secret). Behind an
+	// authentication middleware, Principal(ctxKey) instead.
+	client, err := idempotency.AuthorizationHash(idempotency.Secret(rand.Text()))
+	if err != nil {
+		log.Fatal(err)
+	}
 	mw, err := idempotency.New(idempotency.Options{
 		Store:    memory.New(memory.Config{}),
 		Required: true,
 		Scope:    idempotency.Prefix("orders#"), // one table, many APIs
-		// Each key belongs to the client that sent it: here, its credential.
-		// Behind an authentication middleware, Principal(ctxKey) instead.
-		Client: idempotency.AuthorizationHash,
+		Client:   client,
 	})
 	if err != nil {
 		log.Fatal(err)

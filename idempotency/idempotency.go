@@ -48,12 +48,14 @@ type Options struct {
 	Methods []string
 	// Scope returns the prefix of a request's key in the store (a route, an
 	// API), so that one table serves many APIs and keys of different scopes
-	// never meet. Prefix builds a constant one. Defaults to none.
+	// never meet: the scope is stored apart from the key (StoreKey). Prefix
+	// builds a constant one. Defaults to none.
 	Scope func(r *http.Request) string
 	// Client names the client that sent a request (an account, an
 	// authenticated principal): every key is bound to it, so that a client
 	// that sends another client's key never gets that client's response.
-	// Principal and AuthorizationHash build one. An error answers 401
+	// Principal and AuthorizationHash (keyed with a server Secret) build
+	// one. An error answers 401
 	// without running the handler. Required unless SharedKeys is set.
 	// Defaults to nil.
 	Client func(r *http.Request) (string, error)
@@ -83,7 +85,7 @@ type Options struct {
 	StoredHeaders []string
 	// Fingerprint says what a request is: a repeat of the key with another
 	// fingerprint gets 422. body is the whole request body. Defaults to a
-	// SHA-256 of the method, the URL path, the query and the body
+	// SHA-256 of the method, the escaped URL path, the query and the body
 	// (RequestFingerprint).
 	Fingerprint func(r *http.Request, body []byte) string
 	// Lease is how long the first request holds its key without a renewal;
@@ -138,20 +140,6 @@ func Principal(ctxKey any) func(*http.Request) (string, error) {
 		}
 		return p, nil
 	}
-}
-
-// AuthorizationHash is a Client for an API whose clients each send their
-// own credentials: a SHA-256 of the Authorization header, so that the
-// credential itself is never stored. A new credential (a rotated API key)
-// is a new client, whose keys start afresh. A request without the header
-// gets ErrNoClient (401).
-func AuthorizationHash(r *http.Request) (string, error) {
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		return "", ErrNoClient
-	}
-	sum := sha256.Sum256([]byte(auth))
-	return hex.EncodeToString(sum[:]), nil
 }
 
 func (o *Options) setDefaults() {
@@ -239,7 +227,8 @@ const (
 	// Replayed: a repeat got the stored response.
 	Replayed Outcome = "replayed"
 	// Released: the handler answered 5xx, one of Options.ReleaseStatuses,
-	// or panicked; the key is free again.
+	// panicked, or returned without writing after its context ended (503);
+	// the key is free again.
 	Released Outcome = "released"
 	// InFlight: a repeat came while the first request ran (409).
 	InFlight Outcome = "in_flight"
@@ -305,21 +294,48 @@ func (rej Rejection) WriteProblem(w http.ResponseWriter) {
 }
 
 // RequestFingerprint is the default fingerprint: a SHA-256 of the method,
-// the URL path, the raw query (with whether there was a "?") and the body,
-// each prefixed with its length so that no two requests run together.
+// the URL path as sent (escaped: /a%2Fb and /a/b are two paths), the raw
+// query (with whether there was a "?") and the body, each prefixed with its
+// length so that no two requests run together.
 func RequestFingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
 	query := ""
 	if r.URL.ForceQuery || r.URL.RawQuery != "" {
 		query = "?" + r.URL.RawQuery
 	}
-	for _, field := range [][]byte{[]byte(r.Method), []byte(r.URL.Path), []byte(query), body} {
+	for _, field := range [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(query), body} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
 		_, _ = h.Write(n[:])
 		_, _ = h.Write(field)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ScopeSeparator stands between a scope and the rest of a stored key
+// (StoreKey). A key never contains it (keys with control characters are
+// refused), so keys of different scopes never meet: scopes "pay" and
+// "payout" store key "out-1" and key "-1" as "pay\x1eout-1" and
+// "payout\x1e-1". It is the ASCII record separator, U+001E.
+const ScopeSeparator = "\x1e"
+
+// StoreKey is the key in the store of the request key key, sent by client
+// (what Options.Client named; "" with SharedKeys) in scope (what
+// Options.Scope returned), for a tool that reads the store beside the
+// middleware. The client is stored as a fixed-length tag, the first 128
+// bits of a SHA-256 of its name, so that its name never reaches the store
+// and cannot run into the key: tag, "#", key. A non-empty scope comes
+// first, then ScopeSeparator; without a scope the layout is as it always
+// was.
+func StoreKey(scope, client, key string) string {
+	if client != "" {
+		tag := sha256.Sum256([]byte(client))
+		key = hex.EncodeToString(tag[:16]) + "#" + key
+	}
+	if scope == "" {
+		return key
+	}
+	return scope + ScopeSeparator + key
 }
 
 // callKey is the context key of the handler's once.Call.
@@ -362,6 +378,14 @@ type errReleased struct{ status int }
 
 func (e errReleased) Error() string { return fmt.Sprintf("handler answered %d", e.status) }
 
+// errUnanswered is the failure of a handler that returned without writing
+// anything after its context ended: the claim is released.
+type errUnanswered struct{ cause error }
+
+func (e errUnanswered) Error() string {
+	return fmt.Sprintf("handler returned without answering after its context ended: %v", e.cause)
+}
+
 func (m *middleware) observe(r *http.Request, o Outcome) {
 	if m.o.Observe != nil {
 		m.o.Observe(r, o)
@@ -393,18 +417,15 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.reject(w, r, Rejection{Status: http.StatusBadRequest, Outcome: InvalidKey, Detail: err.Error()})
 		return
 	}
-	storeKey := m.o.Scope(r) + key
+	var client string
 	if m.o.Client != nil {
-		client, err := m.o.Client(r)
+		client, err = m.o.Client(r)
 		if err != nil || client == "" {
 			m.reject(w, r, Rejection{Status: http.StatusUnauthorized, Outcome: NoClient, Detail: "the request does not say which client sent it"})
 			return
 		}
-		// A fixed-length tag of the client: its name never reaches the
-		// store, and no client's name can run into its key.
-		tag := sha256.Sum256([]byte(client))
-		storeKey = m.o.Scope(r) + hex.EncodeToString(tag[:16]) + "#" + key
 	}
+	storeKey := StoreKey(m.o.Scope(r), client, key)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -435,6 +456,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		rec = &recorder{w: w, max: m.o.MaxResponseBytes}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, callKey{}, c)))
 		if !rec.wrote {
+			if err := ctx.Err(); err != nil {
+				// Stopped by the deadline before it answered: it has not
+				// said the operation is done, so a retry runs it.
+				return "", errUnanswered{context.Cause(ctx)}
+			}
 			rec.WriteHeader(http.StatusOK)
 		}
 		if rec.status >= 500 || m.release[rec.status] {
@@ -454,6 +480,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			log.Warn("response too large to store: repeats of the key will get 500", slog.Int64("body_bytes", rec.size),
 				slog.Int("max_response_bytes", m.o.MaxResponseBytes))
 		}
+	case rec != nil && errors.As(err, new(errUnanswered)):
+		// Nothing reached the client: tell it, if it still listens, to retry.
+		m.reject(w, r, Rejection{Status: http.StatusServiceUnavailable, Outcome: Released, RetryAfter: m.o.RetryAfter,
+			Detail: "the request was not completed before its deadline; retry with the same " + m.o.Header})
 	case rec != nil: // the handler ran and wrote its answer; only the claim is left
 		var se errReleased
 		switch {

@@ -94,7 +94,7 @@ func middleware(t *testing.T, s claimstore.Store, opts idempotency.Options) func
 		opts.Scope = idempotency.Prefix(awstest.Name("orders") + "#") // a fresh scope: tests share the table
 	}
 	if opts.Client == nil && !opts.SharedKeys {
-		opts.Client = idempotency.AuthorizationHash
+		opts.Client = authorizationHash(t, testSecret)
 	}
 	mw, err := idempotency.New(opts)
 	if err != nil {
@@ -348,7 +348,7 @@ func TestScopesKeepKeysApart(t *testing.T) {
 	if r := post(t, b.srv, "k", `{"other":1}`); r.status != http.StatusCreated || r.replayed {
 		t.Errorf("the same key in another scope = %+v, want its own run", r)
 	}
-	if _, err := s.Get(t.Context(), "tenant-a#k"); err != nil {
+	if _, err := s.Get(t.Context(), idempotency.StoreKey("tenant-a#", "", "k")); err != nil {
 		t.Errorf("scoped claim: %v", err)
 	}
 }
@@ -356,7 +356,7 @@ func TestScopesKeepKeysApart(t *testing.T) {
 func TestUnkeyedAndOtherMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	h := &api{}
-	mw, err := idempotency.New(idempotency.Options{Store: memory.New(memory.Config{}), Client: idempotency.AuthorizationHash})
+	mw, err := idempotency.New(idempotency.Options{Store: memory.New(memory.Config{}), Client: authorizationHash(t, testSecret)})
 	if err != nil {
 		t.Fatal(err)
 	}

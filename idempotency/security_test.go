@@ -277,3 +277,32 @@ func TestReleaseStatusesAreConfigurable(t *testing.T) {
 		t.Errorf("SharedKeys, said explicitly: %v", err)
 	}
 }
+
+// TestFingerprintKeepsTheEscapedPath: /accounts/a%2Fb/close and
+// /accounts/a/b/close are two routes (two accounts); the key sent with one
+// and then the other is another request (422), never the first replayed.
+func TestFingerprintKeepsTheEscapedPath(t *testing.T) {
+	t.Parallel()
+	a := httptest.NewRequest(http.MethodPost, "http://api/accounts/a%2Fb/close", nil)
+	b := httptest.NewRequest(http.MethodPost, "http://api/accounts/a/b/close", nil)
+	if idempotency.RequestFingerprint(a, nil) == idempotency.RequestFingerprint(b, nil) {
+		t.Errorf("%s and %s have one fingerprint", a.URL.EscapedPath(), b.URL.EscapedPath())
+	}
+	var runs atomic.Int32
+	mw := middleware(t, memory.New(memory.Config{}), idempotency.Options{})
+	mux := http.NewServeMux()
+	mux.Handle("POST /accounts/", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(w, "closed %s (run %d)", r.URL.EscapedPath(), runs.Add(1))
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	if r := send(t, srv, "/accounts/a%2Fb/close", "Bearer alice", "k", `{}`); r.status != http.StatusOK {
+		t.Fatalf("first = %+v", r)
+	}
+	if r := send(t, srv, "/accounts/a/b/close", "Bearer alice", "k", `{}`); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("the key on another route = %+v, want 422", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}

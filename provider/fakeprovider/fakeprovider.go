@@ -352,7 +352,7 @@ func (s *Server) scope(key string) string {
 	case k == nil:
 		k = &keyLife{firstUse: now}
 		s.keys[key] = k
-	case now.Sub(k.firstUse) >= s.cfg.KeyLifetime && !s.inProgress(genScope(k.gen)+key):
+	case now.Sub(k.firstUse) >= s.cfg.KeyLifetime && !s.inProgress(idempotency.StoreKey(genScope(k.gen), "", key)):
 		k.gen++
 		k.firstUse = now
 	}

@@ -593,6 +593,45 @@ func TestKeyInProgressIsNotForgotten(t *testing.T) {
 	})
 }
 
+// TestForgottenKeyInProgressIsNotForgottenAgain: a key in its second life
+// (after one KeyLifetime) is not forgotten while its request charges.
+func TestForgottenKeyInProgressIsNotForgottenAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fake := fakeprovider.New(fakeprovider.Config{KeyLifetime: time.Minute, Latency: time.Hour})
+		defer fake.Close()
+		serve(t, fake, "k", payBody) // an hour: the key is forgotten at its next request
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serve(t, fake, "k", payBody)
+		}()
+		synctest.Wait()
+		time.Sleep(2 * time.Minute) // past the second lifetime, still charging
+		if a := serve(t, fake, "k", payBody); a.status != http.StatusConflict {
+			t.Errorf("the key past its second lifetime while it charges = %+v, want 409", a)
+		}
+		<-done
+		if st := fake.Stats(); st.Charges != 2 {
+			t.Errorf("charges = %d, want 2", st.Charges)
+		}
+	})
+}
+
+// TestKeyLivesNeverMeetOtherKeys: a key's second life is stored apart
+// from a key that spells its generation's scope and the key together.
+func TestKeyLivesNeverMeetOtherKeys(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Now()}
+	_, srv := start(t, fakeprovider.Config{KeyLifetime: time.Hour, Now: clk.now})
+	other := post(t, srv, "gen1#k", payBody)
+	post(t, srv, "k", payBody)
+	clk.advance(time.Hour)
+	if a := post(t, srv, "k", payBody); a.status != http.StatusOK || a.replayed || a.charge.ID == other.charge.ID {
+		t.Errorf("key k in its second life = %+v, want its own charge, not key gen1#k's %s", a, other.charge.ID)
+	}
+}
+
 // TestChargeLog: charges are logged by payment id in the order they were
 // made; replays and failures before charging are not charges.
 func TestChargeLog(t *testing.T) {
