@@ -25,6 +25,11 @@ var (
 	// ErrPayload means the payload, or a string given to powertools_json,
 	// is not JSON, or an expression failed on it.
 	ErrPayload = errors.New("keyexpr: payload not searchable")
+	// ErrNumber means an expression's value holds a number that cannot be
+	// a key: out of float64's range, or one whose text the search cannot
+	// tell (see the package documentation). It comes wrapped with
+	// ErrPayload.
+	ErrNumber = errors.New("keyexpr: number unfit for a key")
 )
 
 // MissingKeyError is the error of a payload in which the key expression
@@ -48,15 +53,17 @@ func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey
 type Config struct {
 	// Key is the JMESPath expression whose value is the idempotency key
 	// (Powertools' event_key_jmespath): a string is the key as it is; a
-	// number or boolean its JSON text; a list or object (a multi-select
-	// such as "[customer, order]") its compact JSON with sorted object keys.
-	// Required.
+	// number or boolean its JSON text, a number's as the payload writes it
+	// (1.0 and 1 are two keys); a list or object (a multi-select such as
+	// "[customer, order]") its compact JSON with sorted object keys. A
+	// string and the value whose JSON text it holds share a key ("1" and
+	// 1). Required.
 	Key string
 	// Fingerprint is the JMESPath expression whose value says what the
 	// payload is (Powertools' payload_validation_jmespath): the fingerprint
-	// is a hash of that value's canonical JSON, so the same key with another
-	// value there is a key reused, not a duplicate. Defaults to "": no
-	// fingerprint, any payload matches.
+	// is a hash of that value's canonical JSON, numbers as written, so the
+	// same key with another value there is a key reused, not a duplicate.
+	// Defaults to "": no fingerprint, any payload matches.
 	Fingerprint string
 }
 
@@ -85,11 +92,14 @@ func New(c Config) (*Expr, error) {
 		errs = append(errs, fmt.Errorf("Key %q: %w", c.Key, err))
 	} else {
 		e.keyExpr = k
+		k.writesNumbers = writesNumber(c.Key)
 	}
 	if c.Fingerprint != "" {
 		f, err := compile(c.Fingerprint)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("Fingerprint %q: %w", c.Fingerprint, err))
+		} else {
+			f.writesNumbers = writesNumber(c.Fingerprint)
 		}
 		e.fpExpr = f
 	}
@@ -104,28 +114,42 @@ func (e *Expr) KeyExpr() string { return e.key }
 
 // Extract finds the key and fingerprint in a JSON payload. Errors: a
 // *MissingKeyError (ErrMissingKey) when the key is absent or empty;
-// ErrPayload, wrapped, when the payload is not JSON or an expression fails
-// on it. Both mean the payload can never yield a key: poison.
+// ErrPayload, wrapped, when the payload is not JSON, an expression fails on
+// it, or its value holds a number that cannot be a key (see Config.Key).
+// Both mean the payload can never yield a key: poison.
 func (e *Expr) Extract(payload []byte) (Extracted, error) {
 	var doc any
 	return e.ExtractPayload(payload, &doc)
 }
 
 // ExtractPayload is Extract that also stores the decoded payload in *doc,
-// for a caller that goes on to use it.
+// for a caller that goes on to use it: maps, slices, float64, string, bool,
+// as encoding/json decodes into an any. The key and fingerprint are found
+// in the payload's own text, its numbers as they are written.
 func (e *Expr) ExtractPayload(payload []byte, doc *any) (Extracted, error) {
 	v, err := decodeJSON(payload)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
-	*doc = v
-	return e.ExtractValue(v)
+	var r reading
+	*doc = r.floats(v)
+	return e.extract(v, *doc, &r)
 }
 
-// ExtractValue is Extract on a payload already decoded by encoding/json into
-// an any (maps, slices, float64, string, bool, nil).
+// ExtractValue is Extract on a payload already decoded by encoding/json
+// into an any (maps, slices, string, bool, nil, and numbers). Decode it with
+// UseNumber, so that numbers are json.Number and keyed by their literal
+// text; a float64 counts as its shortest text ("1", "9007199254740992").
 func (e *Expr) ExtractValue(doc any) (Extracted, error) {
-	v, err := e.keyExpr.search(doc)
+	var r reading
+	return e.extract(doc, r.floats(doc), &r)
+}
+
+// extract searches doc, whose numbers are as written, and its twin docF,
+// whose numbers are float64 (what the expressions compute with), and r
+// what reading docF found.
+func (e *Expr) extract(doc, docF any, r *reading) (Extracted, error) {
+	v, err := e.keyExpr.value(doc, docF, r)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: key expression %q: %w", ErrPayload, e.key, err)
 	}
@@ -136,11 +160,10 @@ func (e *Expr) ExtractValue(doc any) (Extracted, error) {
 	}
 	x := Extracted{Key: key}
 	if e.fpExpr != nil {
-		fv, err := e.fpExpr.search(doc)
-		if err != nil {
-			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
+		fv, err := e.fpExpr.value(doc, docF, r)
+		if err == nil {
+			x.Fingerprint, err = Fingerprint(fv)
 		}
-		x.Fingerprint, err = Fingerprint(fv)
 		if err != nil {
 			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
 		}
@@ -159,15 +182,16 @@ func Fingerprint(v any) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:16]), nil
 }
 
-// keyText turns an expression's value into a key; false if it is missing.
+// keyText turns an expression's value, its numbers json.Number (see
+// value), into a key; false if it is missing.
 func keyText(v any) (string, bool) {
 	switch t := v.(type) {
 	case nil:
 		return "", false
 	case string:
 		return t, t != ""
-	case float64:
-		return strconv.FormatFloat(t, 'f', -1, 64), true
+	case json.Number:
+		return string(t), true
 	case bool:
 		return strconv.FormatBool(t), true
 	case []any:
@@ -191,7 +215,8 @@ func keyText(v any) (string, bool) {
 	return string(b), true
 }
 
-// canonical is v's compact JSON; encoding/json sorts map keys.
+// canonical is v's compact JSON; encoding/json sorts map keys and writes a
+// json.Number as its text.
 func canonical(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -202,9 +227,16 @@ func canonical(v any) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
+// decodeJSON decodes one JSON document, its numbers json.Number.
 func decodeJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		var v any
+		return nil, json.Unmarshal(b, &v) // for encoding/json's own message
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
 	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -219,6 +251,8 @@ type compiled struct {
 	prefix *jmespath.JMESPath // nil: the document itself
 	inner  *compiled
 	rest   *compiled // nil: the decoded value itself
+
+	writesNumbers bool // the expression calls to_string (set on the whole expression)
 }
 
 func compile(expr string) (*compiled, error) {
@@ -273,7 +307,10 @@ func compile(expr string) (*compiled, error) {
 	return c, nil
 }
 
-func (c *compiled) search(doc any) (any, error) {
+// search finds c's value in doc. A document powertools_json decodes keeps
+// its numbers as json.Number if r is nil, else they become float64 and r
+// notes their texts.
+func (c *compiled) search(doc any, r *reading) (any, error) {
 	if c.plain != nil {
 		return c.plain.Search(doc)
 	}
@@ -284,7 +321,7 @@ func (c *compiled) search(doc any) (any, error) {
 			return nil, err
 		}
 	}
-	s, err := c.inner.search(v)
+	s, err := c.inner.search(v, r)
 	if err != nil {
 		return nil, err
 	}
@@ -299,15 +336,18 @@ func (c *compiled) search(doc any) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", JSONFunction, err)
 	}
+	if r != nil {
+		decoded = r.floats(decoded)
+	}
 	if c.rest == nil {
 		return decoded, nil
 	}
-	return c.rest.search(decoded)
+	return c.rest.search(decoded, r)
 }
 
 func jsonType(v any) string {
 	switch v.(type) {
-	case float64:
+	case float64, json.Number:
 		return "a number"
 	case bool:
 		return "a boolean"
