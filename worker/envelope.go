@@ -9,7 +9,12 @@ import (
 // it: m.Body becomes the message that was published, m.Envelope names what
 // was taken off, and an SNS notification's String and Number message
 // attributes are added to m.Attributes where the SQS message has none of
-// that name. A body in no envelope reaches d unchanged. The worker and the
+// that name, except the worker's own (OriginalIDAttribute,
+// ReasonAttribute, FirstReceivedAttribute): nothing signs an envelope for
+// the worker, so whoever can publish to the topic, or write a body to the
+// queue, could otherwise choose another message's original id, and so its
+// key. Those are dropped without a word. A body in no envelope reaches d
+// unchanged. The worker and the
 // Lambda adapter wrap their Decoder in it unless KeepEnvelopes is set.
 func UnwrapEnvelopes(d Decoder) Decoder {
 	if u, ok := d.(unwrapping); ok {
@@ -26,14 +31,25 @@ func (u unwrapping) Decode(m *Message) error {
 		if e := envelope.Unwrap(m.Body); e.Unwrapped() {
 			m.Body, m.Envelope = e.Body, e.Path()
 			for k, v := range e.Attributes {
+				if _, ok := m.Attributes[k]; ok || ownAttribute(k) {
+					continue
+				}
 				if m.Attributes == nil {
 					m.Attributes = map[string]string{}
 				}
-				if _, ok := m.Attributes[k]; !ok {
-					m.Attributes[k] = v
-				}
+				m.Attributes[k] = v
 			}
 		}
 	}
 	return u.d.Decode(m)
+}
+
+// ownAttribute reports whether name is an attribute only the worker
+// writes (on the SQS message itself, when it dead-letters one).
+func ownAttribute(name string) bool {
+	switch name {
+	case OriginalIDAttribute, ReasonAttribute, FirstReceivedAttribute:
+		return true
+	}
+	return false
 }
