@@ -19,6 +19,14 @@
 // SHA-256): the same key arriving with another value there is a key reused
 // for another payload, not a duplicate.
 //
+// The expressions search the message as published. A message taken out of
+// an envelope (an SNS notification, an EventBridge event: see package
+// envelope) is searched without it, so "id" on an EventBridge event is the
+// "id" in its detail. An expression that starts with $body (BodyRoot)
+// searches the body as it was delivered, envelopes and all: "$body.id" is
+// the event's own id. ExtractInput takes both; for a message that came in
+// no envelope, $body is the payload.
+//
 // A JSON document held in a string (an SQS body inside a Lambda event, an
 // SNS "Message") is read with powertools_json, as in Powertools:
 // "powertools_json(body).order_id". The call applies to one value: it

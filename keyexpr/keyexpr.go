@@ -17,6 +17,12 @@ import (
 // held in a string (Powertools' powertools_json): "powertools_json(body).id".
 const JSONFunction = "powertools_json"
 
+// BodyRoot starts an expression that searches the message's body as it was
+// delivered, envelopes and all, rather than the message as published:
+// "$body.id" is an EventBridge event's own id where "id" is the "id" in its
+// detail. Followed by '.', '|', '[' or nothing, as a field would be.
+const BodyRoot = "$body"
+
 var (
 	// ErrMissingKey means the key expression found nothing usable in the
 	// payload: null, an empty string, an empty list or object, or a list
@@ -57,7 +63,9 @@ type Config struct {
 	// (1.0 and 1 are two keys); a list or object (a multi-select such as
 	// "[customer, order]") its compact JSON with sorted object keys. A
 	// string and the value whose JSON text it holds share a key ("1" and
-	// 1). Required.
+	// 1). It searches the message as published; one that starts with
+	// BodyRoot ("$body.id") searches the body as delivered, in its
+	// envelopes (see ExtractInput). Required.
 	Key string
 	// Fingerprint is the JMESPath expression whose value says what the
 	// payload is (Powertools' payload_validation_jmespath): the fingerprint
@@ -88,18 +96,15 @@ func New(c Config) (*Expr, error) {
 	e := &Expr{key: c.Key, fingerprint: c.Fingerprint}
 	if strings.TrimSpace(c.Key) == "" {
 		errs = append(errs, errors.New("Key is required"))
-	} else if k, err := compile(c.Key); err != nil {
+	} else if k, err := compileRoot(c.Key); err != nil {
 		errs = append(errs, fmt.Errorf("Key %q: %w", c.Key, err))
 	} else {
 		e.keyExpr = k
-		k.writesNumbers = writesNumber(c.Key)
 	}
 	if c.Fingerprint != "" {
-		f, err := compile(c.Fingerprint)
+		f, err := compileRoot(c.Fingerprint)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("Fingerprint %q: %w", c.Fingerprint, err))
-		} else {
-			f.writesNumbers = writesNumber(c.Fingerprint)
 		}
 		e.fpExpr = f
 	}
@@ -112,11 +117,23 @@ func New(c Config) (*Expr, error) {
 // KeyExpr returns the key expression, for logs.
 func (e *Expr) KeyExpr() string { return e.key }
 
+// Input is a message for ExtractInput.
+type Input struct {
+	// Payload is the message as published: the JSON document the
+	// expressions search. Required.
+	Payload []byte
+	// Body is the message as it was delivered, in the envelopes Payload
+	// was taken out of (an SNS notification, an EventBridge event): the
+	// document an expression that starts with BodyRoot searches. Defaults
+	// to empty: Payload, which came in no envelope.
+	Body []byte
+}
+
 // Extract finds the key and fingerprint in a JSON payload. Errors: a
 // *MissingKeyError (ErrMissingKey) when the key is absent or empty;
 // ErrPayload, wrapped, when the payload is not JSON, an expression fails on
-// it, or its value holds a number that cannot be a key (see Config.Key).
-// Both mean the payload can never yield a key: poison.
+// it, or its value holds a number that cannot be a key (ErrNumber). Both
+// mean the payload can never yield a key: poison.
 func (e *Expr) Extract(payload []byte) (Extracted, error) {
 	var doc any
 	return e.ExtractPayload(payload, &doc)
@@ -127,29 +144,59 @@ func (e *Expr) Extract(payload []byte) (Extracted, error) {
 // as encoding/json decodes into an any. The key and fingerprint are found
 // in the payload's own text, its numbers as they are written.
 func (e *Expr) ExtractPayload(payload []byte, doc *any) (Extracted, error) {
-	v, err := decodeJSON(payload)
+	return e.ExtractInput(Input{Payload: payload}, doc)
+}
+
+// ExtractInput is ExtractPayload for a message that may have come in an
+// envelope: expressions search in.Payload, those that start with BodyRoot
+// in.Body. *doc is the decoded payload.
+func (e *Expr) ExtractInput(in Input, doc *any) (Extracted, error) {
+	v, err := decodeJSON(in.Payload)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
-	var r reading
-	*doc = r.floats(v)
-	return e.extract(v, *doc, &r)
+	p := newDocument(v)
+	*doc = p.floats
+	body := func() (*document, error) { return p, nil }
+	if len(in.Body) > 0 {
+		body = func() (*document, error) {
+			v, err := decodeJSON(in.Body)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", BodyRoot, err)
+			}
+			return newDocument(v), nil
+		}
+	}
+	return e.extract(p, body)
 }
 
 // ExtractValue is Extract on a payload already decoded by encoding/json
 // into an any (maps, slices, string, bool, nil, and numbers). Decode it with
 // UseNumber, so that numbers are json.Number and keyed by their literal
 // text; a float64 counts as its shortest text ("1", "9007199254740992").
+// BodyRoot searches the payload too.
 func (e *Expr) ExtractValue(doc any) (Extracted, error) {
-	var r reading
-	return e.extract(doc, r.floats(doc), &r)
+	p := newDocument(doc)
+	return e.extract(p, func() (*document, error) { return p, nil })
 }
 
-// extract searches doc, whose numbers are as written, and its twin docF,
-// whose numbers are float64 (what the expressions compute with), and r
-// what reading docF found.
-func (e *Expr) extract(doc, docF any, r *reading) (Extracted, error) {
-	v, err := e.keyExpr.value(doc, docF, r)
+// extract finds the key and fingerprint in payload, or in the body of an
+// expression that starts with BodyRoot (decoded at most once).
+func (e *Expr) extract(payload *document, body func() (*document, error)) (Extracted, error) {
+	var b *document
+	search := func(c *compiled) (any, error) {
+		if !c.onBody {
+			return c.value(payload)
+		}
+		if b == nil {
+			var err error
+			if b, err = body(); err != nil {
+				return nil, err
+			}
+		}
+		return c.value(b)
+	}
+	v, err := search(e.keyExpr)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: key expression %q: %w", ErrPayload, e.key, err)
 	}
@@ -160,7 +207,7 @@ func (e *Expr) extract(doc, docF any, r *reading) (Extracted, error) {
 	}
 	x := Extracted{Key: key}
 	if e.fpExpr != nil {
-		fv, err := e.fpExpr.value(doc, docF, r)
+		fv, err := search(e.fpExpr)
 		if err == nil {
 			x.Fingerprint, err = Fingerprint(fv)
 		}
@@ -252,7 +299,42 @@ type compiled struct {
 	inner  *compiled
 	rest   *compiled // nil: the decoded value itself
 
-	writesNumbers bool // the expression calls to_string (set on the whole expression)
+	// Set on a whole expression (compileRoot):
+	onBody        bool // it starts with BodyRoot: it searches the body as delivered
+	writesNumbers bool // it calls to_string
+}
+
+// compileRoot compiles a whole expression: one that starts with BodyRoot
+// searches the body as delivered with what follows the root.
+func compileRoot(expr string) (*compiled, error) {
+	expr = strings.TrimSpace(expr)
+	onBody := false
+	if rest, ok := strings.CutPrefix(expr, BodyRoot); ok && (rest == "" || !isIdent(rest[0])) {
+		onBody = true
+		rest = strings.TrimSpace(rest)
+		switch {
+		case rest == "":
+			rest = "@"
+		case strings.HasPrefix(rest, "."):
+			rest = rest[1:]
+		case strings.HasPrefix(rest, "|"):
+			rest = strings.TrimSpace(rest[1:])
+		case strings.HasPrefix(rest, "["):
+			rest = "@" + rest
+		default:
+			return nil, fmt.Errorf("unexpected %q after %s", rest, BodyRoot)
+		}
+		expr = rest
+	}
+	if findUnquoted(expr, 0, func(i int) bool { return expr[i] == '$' }) >= 0 {
+		return nil, fmt.Errorf("%s may only start the expression; no other $ name is known", BodyRoot)
+	}
+	c, err := compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	c.onBody, c.writesNumbers = onBody, writesNumber(expr)
+	return c, nil
 }
 
 func compile(expr string) (*compiled, error) {

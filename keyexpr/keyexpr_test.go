@@ -283,3 +283,56 @@ func FuzzNumberKeys(f *testing.F) {
 		}
 	})
 }
+
+// An expression searches the message as published; one that starts with
+// $body searches the body as it was delivered, envelopes and all.
+func TestBodyRoot(t *testing.T) {
+	t.Parallel()
+	event := `{"version":"0","id":"ev-1","detail-type":"Order Paid","source":"shop","time":"2026-12-04T10:00:00Z",` +
+		`"region":"eu-west-1","resources":[],"detail":{"id":"ord-1","amount":9007199254740993}}`
+	detail := `{"id":"ord-1","amount":9007199254740993}`
+	sns := `{"Type":"Notification","MessageId":"sns-1","Message":"{\"id\":\"ord-2\"}"}`
+	for _, tc := range []struct {
+		name, expr, payload, body, want string
+	}{
+		{name: "the payload", expr: "id", payload: detail, body: event, want: "ord-1"},
+		{name: "the body", expr: "$body.id", payload: detail, body: event, want: "ev-1"},
+		{name: "the body's numbers as written", expr: "$body.detail.amount", payload: detail, body: event, want: "9007199254740993"},
+		{name: "the body piped", expr: "$body | [source, id]", payload: detail, body: event, want: `["shop","ev-1"]`},
+		{name: "the body indexed", expr: "$body[1]", payload: `{}`, body: `["a","b"]`, want: "b"},
+		{name: "a document in the body", expr: "$body.powertools_json(Message).id", payload: `{"id":"ord-2"}`, body: sns, want: "ord-2"},
+		{name: "no envelope: the body is the payload", expr: "$body.id", payload: detail, want: "ord-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := keyexpr.New(keyexpr.Config{Key: tc.expr, Fingerprint: tc.expr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body []byte
+			if tc.body != "" {
+				body = []byte(tc.body)
+			}
+			var doc any
+			x, err := e.ExtractInput(keyexpr.Input{Payload: []byte(tc.payload), Body: body}, &doc)
+			if err != nil || x.Key != tc.want || x.Fingerprint == "" {
+				t.Fatalf("ExtractInput by %q = %+v, %v; want key %q", tc.expr, x, err, tc.want)
+			}
+			if m, ok := doc.(map[string]any); tc.payload == detail && (!ok || m["id"] != "ord-1") {
+				t.Errorf("decoded payload %v; want the payload, not the body", doc)
+			}
+		})
+	}
+	e, err := keyexpr.New(keyexpr.Config{Key: "$body.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ExtractInput(keyexpr.Input{Payload: []byte(detail), Body: []byte("not json")}, new(any)); !errors.Is(err, keyexpr.ErrPayload) {
+		t.Errorf("a body that is not JSON: %v; want ErrPayload", err)
+	}
+	for _, bad := range []string{"[$body.id, id]", "a.$body", "$bodyx", "$body id", "$other.id"} {
+		if _, err := keyexpr.New(keyexpr.Config{Key: bad}); err == nil || !strings.Contains(err.Error(), "$body") {
+			t.Errorf("New(%q) = %v; want an error saying where $body may stand", bad, err)
+		}
+	}
+}

@@ -82,12 +82,25 @@ func shortest(f float64) string {
 // errAmbiguous: a value read from several texts ("1" and "1.0").
 var errAmbiguous = errors.New("ambiguous")
 
-// value is c's value on a document: doc with its numbers as written
-// (json.Number), docF its float64 twin, r what reading docF (and the
-// documents powertools_json decodes) found. Numbers in the value are
-// json.Number: the payload's text for a number it has, the shortest text
-// for one the expression computed.
-func (c *compiled) value(doc, docF any, r *reading) (any, error) {
+// document is a decoded JSON document as written (numbers json.Number),
+// its float64 twin, and what reading the twin (and the documents
+// powertools_json decodes in it) found.
+type document struct {
+	written, floats any
+	r               *reading
+}
+
+func newDocument(v any) *document {
+	d := &document{written: v, r: &reading{}}
+	d.floats = d.r.floats(v)
+	return d
+}
+
+// value is c's value on d. Numbers in the value are json.Number: the
+// document's text for a number it has, the shortest text for one the
+// expression computed.
+func (c *compiled) value(d *document) (any, error) {
+	doc, docF, r := d.written, d.floats, d.r
 	vF, err := c.search(docF, r)
 	if err != nil {
 		return nil, err

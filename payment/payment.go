@@ -161,7 +161,7 @@ func (d *Decoder) Decode(m *worker.Message) error {
 				return fmt.Errorf("payment: key source %q: %w", src, err)
 			}
 		}
-		x, err := e.Extract([]byte(m.Body))
+		x, err := e.ExtractInput(worker.KeyInput(m), new(any))
 		if err != nil {
 			return worker.Permanent("no idempotency key", err)
 		}

@@ -67,6 +67,20 @@ func TestDecoderKeySources(t *testing.T) {
 			t.Errorf("message_id of SNS copy %s: key %q err %v, want the notification's id sns-1", id, m.Key, err)
 		}
 	}
+	// A key expression that starts with $body searches the body as
+	// delivered: here the EventBridge event's own id.
+	event := `{"version":"0","id":"ev-1","detail-type":"Payment Requested","source":"shop","time":"2026-12-04T10:00:00Z",` +
+		`"region":"eu-west-1","resources":[],"detail":` + body + `}`
+	for from, want := range map[string]string{"jmespath:$body.id": "ev-1", "jmespath:payment_id": "pay_1"} {
+		src, err := payment.ParseKeySource(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &worker.Message{ID: "msg-1", Body: event}
+		if err := worker.UnwrapEnvelopes(&payment.Decoder{KeyFrom: src}).Decode(m); err != nil || m.Key != want {
+			t.Errorf("%s on an EventBridge event: key %q err %v, want %q", from, m.Key, err, want)
+		}
+	}
 	d, err := payment.NewDecoder("jmespath:payment_id")
 	if err != nil || d.KeyExpr == nil {
 		t.Fatalf("NewDecoder = %+v, %v; want the expression compiled", d, err)

@@ -10,7 +10,8 @@ import (
 // UnwrapEnvelopes returns a Decoder that takes the SNS and EventBridge
 // envelopes off a message's body (see package envelope) before d decodes
 // it: m.Body becomes the message that was published, m.Envelope names what
-// was taken off, m.EnvelopeID is the innermost envelope's id, and an SNS notification's String and Number message
+// was taken off, m.EnvelopeID is the innermost envelope's id,
+// m.DeliveredBody keeps the body as it arrived, and an SNS notification's String and Number message
 // attributes are added to m.Attributes where the SQS message has none of
 // that name, except the worker's own (OriginalIDAttribute,
 // ReasonAttribute, FirstReceivedAttribute): nothing signs an envelope for
@@ -32,6 +33,7 @@ type unwrapping struct{ d Decoder }
 func (u unwrapping) Decode(m *Message) error {
 	if m.Envelope == "" {
 		if e := envelope.Unwrap(m.Body); e.Unwrapped() {
+			m.DeliveredBody = m.Body
 			m.Body, m.Envelope, m.EnvelopeID = e.Body, e.Path(), e.ID
 			for k, v := range e.Attributes {
 				if _, ok := m.Attributes[k]; ok || ownAttribute(k) {

@@ -37,6 +37,9 @@ type Message struct {
 	// which SNS and EventBridge may deliver more than once. "" if Envelope
 	// is "".
 	EnvelopeID string
+	// DeliveredBody is the body as SQS delivered it, envelopes and all, if
+	// Envelope is not "" (Body is then the message inside); "" otherwise.
+	DeliveredBody string
 
 	// Payload is what the Decoder made of Body, for the handler.
 	Payload any
