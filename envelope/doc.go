@@ -8,5 +8,7 @@
 // envelope, with AWS's types; anything else passes through unchanged. The
 // worker unwraps by default (worker.Config.KeepEnvelopes turns it off) and
 // copies an SNS notification's String and Number message attributes onto
-// the message where it has none of that name.
+// the message where it has none of that name, except the worker's own
+// (OriginalMessageId, DeadLetterReason, FirstReceivedAt), which nothing in
+// an envelope vouches for.
 package envelope

@@ -17,6 +17,12 @@ import (
 // held in a string (Powertools' powertools_json): "powertools_json(body).id".
 const JSONFunction = "powertools_json"
 
+// BodyRoot starts an expression that searches the message's body as it was
+// delivered, envelopes and all, rather than the message as published:
+// "$body.id" is an EventBridge event's own id where "id" is the "id" in its
+// detail. Followed by '.', '|', '[' or nothing, as a field would be.
+const BodyRoot = "$body"
+
 var (
 	// ErrMissingKey means the key expression found nothing usable in the
 	// payload: null, an empty string, an empty list or object, or a list
@@ -25,6 +31,11 @@ var (
 	// ErrPayload means the payload, or a string given to powertools_json,
 	// is not JSON, or an expression failed on it.
 	ErrPayload = errors.New("keyexpr: payload not searchable")
+	// ErrNumber means an expression's value holds a number that cannot be
+	// a key: out of float64's range, or one whose text the search cannot
+	// tell (see the package documentation). It comes wrapped with
+	// ErrPayload.
+	ErrNumber = errors.New("keyexpr: number unfit for a key")
 )
 
 // MissingKeyError is the error of a payload in which the key expression
@@ -48,15 +59,19 @@ func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey
 type Config struct {
 	// Key is the JMESPath expression whose value is the idempotency key
 	// (Powertools' event_key_jmespath): a string is the key as it is; a
-	// number or boolean its JSON text; a list or object (a multi-select
-	// such as "[customer, order]") its compact JSON with sorted object keys.
-	// Required.
+	// number or boolean its JSON text, a number's as the payload writes it
+	// (1.0 and 1 are two keys); a list or object (a multi-select such as
+	// "[customer, order]") its compact JSON with sorted object keys. A
+	// string and the value whose JSON text it holds share a key ("1" and
+	// 1). It searches the message as published; one that starts with
+	// BodyRoot ("$body.id") searches the body as delivered, in its
+	// envelopes (see ExtractInput). Required.
 	Key string
 	// Fingerprint is the JMESPath expression whose value says what the
 	// payload is (Powertools' payload_validation_jmespath): the fingerprint
-	// is a hash of that value's canonical JSON, so the same key with another
-	// value there is a key reused, not a duplicate. Defaults to "": no
-	// fingerprint, any payload matches.
+	// is a hash of that value's canonical JSON, numbers as written, so the
+	// same key with another value there is a key reused, not a duplicate.
+	// Defaults to "": no fingerprint, any payload matches.
 	Fingerprint string
 }
 
@@ -81,13 +96,13 @@ func New(c Config) (*Expr, error) {
 	e := &Expr{key: c.Key, fingerprint: c.Fingerprint}
 	if strings.TrimSpace(c.Key) == "" {
 		errs = append(errs, errors.New("Key is required"))
-	} else if k, err := compile(c.Key); err != nil {
+	} else if k, err := compileRoot(c.Key); err != nil {
 		errs = append(errs, fmt.Errorf("Key %q: %w", c.Key, err))
 	} else {
 		e.keyExpr = k
 	}
 	if c.Fingerprint != "" {
-		f, err := compile(c.Fingerprint)
+		f, err := compileRoot(c.Fingerprint)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("Fingerprint %q: %w", c.Fingerprint, err))
 		}
@@ -102,30 +117,86 @@ func New(c Config) (*Expr, error) {
 // KeyExpr returns the key expression, for logs.
 func (e *Expr) KeyExpr() string { return e.key }
 
+// Input is a message for ExtractInput.
+type Input struct {
+	// Payload is the message as published: the JSON document the
+	// expressions search. Required.
+	Payload []byte
+	// Body is the message as it was delivered, in the envelopes Payload
+	// was taken out of (an SNS notification, an EventBridge event): the
+	// document an expression that starts with BodyRoot searches. Defaults
+	// to empty: Payload, which came in no envelope.
+	Body []byte
+}
+
 // Extract finds the key and fingerprint in a JSON payload. Errors: a
 // *MissingKeyError (ErrMissingKey) when the key is absent or empty;
-// ErrPayload, wrapped, when the payload is not JSON or an expression fails
-// on it. Both mean the payload can never yield a key: poison.
+// ErrPayload, wrapped, when the payload is not JSON, an expression fails on
+// it, or its value holds a number that cannot be a key (ErrNumber). Both
+// mean the payload can never yield a key: poison.
 func (e *Expr) Extract(payload []byte) (Extracted, error) {
 	var doc any
 	return e.ExtractPayload(payload, &doc)
 }
 
 // ExtractPayload is Extract that also stores the decoded payload in *doc,
-// for a caller that goes on to use it.
+// for a caller that goes on to use it: maps, slices, float64, string, bool,
+// as encoding/json decodes into an any. The key and fingerprint are found
+// in the payload's own text, its numbers as they are written.
 func (e *Expr) ExtractPayload(payload []byte, doc *any) (Extracted, error) {
-	v, err := decodeJSON(payload)
+	return e.ExtractInput(Input{Payload: payload}, doc)
+}
+
+// ExtractInput is ExtractPayload for a message that may have come in an
+// envelope: expressions search in.Payload, those that start with BodyRoot
+// in.Body. *doc is the decoded payload.
+func (e *Expr) ExtractInput(in Input, doc *any) (Extracted, error) {
+	v, err := decodeJSON(in.Payload)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: %w", ErrPayload, err)
 	}
-	*doc = v
-	return e.ExtractValue(v)
+	p := newDocument(v)
+	*doc = p.floats
+	body := func() (*document, error) { return p, nil }
+	if len(in.Body) > 0 {
+		body = func() (*document, error) {
+			v, err := decodeJSON(in.Body)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", BodyRoot, err)
+			}
+			return newDocument(v), nil
+		}
+	}
+	return e.extract(p, body)
 }
 
-// ExtractValue is Extract on a payload already decoded by encoding/json into
-// an any (maps, slices, float64, string, bool, nil).
+// ExtractValue is Extract on a payload already decoded by encoding/json
+// into an any (maps, slices, string, bool, nil, and numbers). Decode it with
+// UseNumber, so that numbers are json.Number and keyed by their literal
+// text; a float64 counts as its shortest text ("1", "9007199254740992").
+// BodyRoot searches the payload too.
 func (e *Expr) ExtractValue(doc any) (Extracted, error) {
-	v, err := e.keyExpr.search(doc)
+	p := newDocument(doc)
+	return e.extract(p, func() (*document, error) { return p, nil })
+}
+
+// extract finds the key and fingerprint in payload, or in the body of an
+// expression that starts with BodyRoot (decoded at most once).
+func (e *Expr) extract(payload *document, body func() (*document, error)) (Extracted, error) {
+	var b *document
+	search := func(c *compiled) (any, error) {
+		if !c.onBody {
+			return c.value(payload)
+		}
+		if b == nil {
+			var err error
+			if b, err = body(); err != nil {
+				return nil, err
+			}
+		}
+		return c.value(b)
+	}
+	v, err := search(e.keyExpr)
 	if err != nil {
 		return Extracted{}, fmt.Errorf("%w: key expression %q: %w", ErrPayload, e.key, err)
 	}
@@ -136,11 +207,10 @@ func (e *Expr) ExtractValue(doc any) (Extracted, error) {
 	}
 	x := Extracted{Key: key}
 	if e.fpExpr != nil {
-		fv, err := e.fpExpr.search(doc)
-		if err != nil {
-			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
+		fv, err := search(e.fpExpr)
+		if err == nil {
+			x.Fingerprint, err = Fingerprint(fv)
 		}
-		x.Fingerprint, err = Fingerprint(fv)
 		if err != nil {
 			return Extracted{}, fmt.Errorf("%w: fingerprint expression %q: %w", ErrPayload, e.fingerprint, err)
 		}
@@ -159,15 +229,16 @@ func Fingerprint(v any) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:16]), nil
 }
 
-// keyText turns an expression's value into a key; false if it is missing.
+// keyText turns an expression's value, its numbers json.Number (see
+// value), into a key; false if it is missing.
 func keyText(v any) (string, bool) {
 	switch t := v.(type) {
 	case nil:
 		return "", false
 	case string:
 		return t, t != ""
-	case float64:
-		return strconv.FormatFloat(t, 'f', -1, 64), true
+	case json.Number:
+		return string(t), true
 	case bool:
 		return strconv.FormatBool(t), true
 	case []any:
@@ -191,7 +262,8 @@ func keyText(v any) (string, bool) {
 	return string(b), true
 }
 
-// canonical is v's compact JSON; encoding/json sorts map keys.
+// canonical is v's compact JSON; encoding/json sorts map keys and writes a
+// json.Number as its text.
 func canonical(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -202,9 +274,16 @@ func canonical(v any) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
+// decodeJSON decodes one JSON document, its numbers json.Number.
 func decodeJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		var v any
+		return nil, json.Unmarshal(b, &v) // for encoding/json's own message
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
 	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -219,6 +298,43 @@ type compiled struct {
 	prefix *jmespath.JMESPath // nil: the document itself
 	inner  *compiled
 	rest   *compiled // nil: the decoded value itself
+
+	// Set on a whole expression (compileRoot):
+	onBody        bool // it starts with BodyRoot: it searches the body as delivered
+	writesNumbers bool // it calls to_string
+}
+
+// compileRoot compiles a whole expression: one that starts with BodyRoot
+// searches the body as delivered with what follows the root.
+func compileRoot(expr string) (*compiled, error) {
+	expr = strings.TrimSpace(expr)
+	onBody := false
+	if rest, ok := strings.CutPrefix(expr, BodyRoot); ok && (rest == "" || !isIdent(rest[0])) {
+		onBody = true
+		rest = strings.TrimSpace(rest)
+		switch {
+		case rest == "":
+			rest = "@"
+		case strings.HasPrefix(rest, "."):
+			rest = rest[1:]
+		case strings.HasPrefix(rest, "|"):
+			rest = strings.TrimSpace(rest[1:])
+		case strings.HasPrefix(rest, "["):
+			rest = "@" + rest
+		default:
+			return nil, fmt.Errorf("unexpected %q after %s", rest, BodyRoot)
+		}
+		expr = rest
+	}
+	if findUnquoted(expr, 0, func(i int) bool { return expr[i] == '$' }) >= 0 {
+		return nil, fmt.Errorf("%s may only start the expression; no other $ name is known", BodyRoot)
+	}
+	c, err := compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	c.onBody, c.writesNumbers = onBody, writesNumber(expr)
+	return c, nil
 }
 
 func compile(expr string) (*compiled, error) {
@@ -273,7 +389,10 @@ func compile(expr string) (*compiled, error) {
 	return c, nil
 }
 
-func (c *compiled) search(doc any) (any, error) {
+// search finds c's value in doc. A document powertools_json decodes keeps
+// its numbers as json.Number if r is nil, else they become float64 and r
+// notes their texts.
+func (c *compiled) search(doc any, r *reading) (any, error) {
 	if c.plain != nil {
 		return c.plain.Search(doc)
 	}
@@ -284,7 +403,7 @@ func (c *compiled) search(doc any) (any, error) {
 			return nil, err
 		}
 	}
-	s, err := c.inner.search(v)
+	s, err := c.inner.search(v, r)
 	if err != nil {
 		return nil, err
 	}
@@ -299,15 +418,18 @@ func (c *compiled) search(doc any) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", JSONFunction, err)
 	}
+	if r != nil {
+		decoded = r.floats(decoded)
+	}
 	if c.rest == nil {
 		return decoded, nil
 	}
-	return c.rest.search(decoded)
+	return c.rest.search(decoded, r)
 }
 
 func jsonType(v any) string {
 	switch v.(type) {
-	case float64:
+	case float64, json.Number:
 		return "a number"
 	case bool:
 		return "a boolean"

@@ -40,9 +40,11 @@ const (
 	// KeyPaymentID keys a message by its payment_id: a producer's retry (a
 	// new message for the same payment) is deduplicated too. The default.
 	KeyPaymentID KeySource = "payment_id"
-	// KeyMessageID keys a message by its SQS message id: only redeliveries
-	// of one message are deduplicated. A message the worker dead-lettered
-	// and that was redriven keeps the id it first arrived with (see
+	// KeyMessageID keys a message by the id it was published with
+	// (worker.Message.PublishedID): its SQS message id, or its SNS or
+	// EventBridge envelope's id, so only redeliveries of one message (and
+	// the copies of one publication) are deduplicated. A message the worker
+	// dead-lettered and that was redriven keeps its key (see
 	// worker.OriginalIDAttribute).
 	KeyMessageID KeySource = "message_id"
 	// KeyAttributePrefix, followed by a name, keys a message by that message
@@ -143,7 +145,7 @@ func (d *Decoder) Decode(m *worker.Message) error {
 	case src == "" || src == KeyPaymentID:
 		m.Key = p.PaymentID
 	case src == KeyMessageID:
-		m.Key = m.OriginalID()
+		m.Key = m.PublishedID()
 	case strings.HasPrefix(string(src), KeyAttributePrefix):
 		name := strings.TrimPrefix(string(src), KeyAttributePrefix)
 		v, ok := m.Attributes[name]
@@ -159,7 +161,7 @@ func (d *Decoder) Decode(m *worker.Message) error {
 				return fmt.Errorf("payment: key source %q: %w", src, err)
 			}
 		}
-		x, err := e.Extract([]byte(m.Body))
+		x, err := e.ExtractInput(worker.KeyInput(m), new(any))
 		if err != nil {
 			return worker.Permanent("no idempotency key", err)
 		}

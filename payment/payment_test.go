@@ -2,6 +2,7 @@ package payment_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,30 @@ func TestDecoderKeySources(t *testing.T) {
 		}
 		if p, ok := m.Payload.(provider.Payment); !ok || p.Amount != 1999 {
 			t.Errorf("%s: payload %#v", tc.from, m.Payload)
+		}
+	}
+	// A message-id key of a payment published to SNS is the notification's
+	// id, which every copy SNS delivers of it carries.
+	sns := `{"Type":"Notification","MessageId":"sns-1","TopicArn":"arn:aws:sns:eu-west-1:111122223333:payments",` +
+		`"Message":` + strconv.Quote(body) + `,"Timestamp":"2026-12-04T10:00:00.000Z"}`
+	for _, id := range []string{"msg-1", "msg-2"} {
+		m := &worker.Message{ID: id, Body: sns}
+		if err := worker.UnwrapEnvelopes(&payment.Decoder{KeyFrom: payment.KeyMessageID}).Decode(m); err != nil || m.Key != "sns-1" {
+			t.Errorf("message_id of SNS copy %s: key %q err %v, want the notification's id sns-1", id, m.Key, err)
+		}
+	}
+	// A key expression that starts with $body searches the body as
+	// delivered: here the EventBridge event's own id.
+	event := `{"version":"0","id":"ev-1","detail-type":"Payment Requested","source":"shop","time":"2026-12-04T10:00:00Z",` +
+		`"region":"eu-west-1","resources":[],"detail":` + body + `}`
+	for from, want := range map[string]string{"jmespath:$body.id": "ev-1", "jmespath:payment_id": "pay_1"} {
+		src, err := payment.ParseKeySource(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &worker.Message{ID: "msg-1", Body: event}
+		if err := worker.UnwrapEnvelopes(&payment.Decoder{KeyFrom: src}).Decode(m); err != nil || m.Key != want {
+			t.Errorf("%s on an EventBridge event: key %q err %v, want %q", from, m.Key, err, want)
 		}
 	}
 	d, err := payment.NewDecoder("jmespath:payment_id")

@@ -94,7 +94,9 @@ type Protocol struct {
 	Decoder Decoder
 	// KeepEnvelopes hands the Decoder SNS notifications and EventBridge
 	// events as they arrived. Defaults to false: their envelopes are taken
-	// off first (see UnwrapEnvelopes).
+	// off first (see UnwrapEnvelopes), so a key expression (KeyFromJMESPath)
+	// searches the message inside, and one that starts with $body the body
+	// as delivered.
 	KeepEnvelopes bool
 	// Retention is how long completed keys are remembered. It must be at
 	// least the queue's retention. Defaults to DefaultRetention of the

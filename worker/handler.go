@@ -32,6 +32,14 @@ type Message struct {
 	// decoding ("sns", "eventbridge", "eventbridge+sns"; see
 	// UnwrapEnvelopes), or "" if it arrived as published.
 	Envelope string
+	// EnvelopeID is the innermost envelope's own id (the SNS MessageId, the
+	// EventBridge event id): the same in every copy of one publication,
+	// which SNS and EventBridge may deliver more than once. "" if Envelope
+	// is "".
+	EnvelopeID string
+	// DeliveredBody is the body as SQS delivered it, envelopes and all, if
+	// Envelope is not "" (Body is then the message inside); "" otherwise.
+	DeliveredBody string
 
 	// Payload is what the Decoder made of Body, for the handler.
 	Payload any
@@ -96,16 +104,20 @@ type DecoderFunc func(m *Message) error
 // Decode calls f.
 func (f DecoderFunc) Decode(m *Message) error { return f(m) }
 
-// KeyFromMessageID is a Decoder that keys each message by the id it first
-// arrived with (Message.OriginalID) and leaves the body undecoded. It
-// deduplicates redeliveries of one message, and a message the worker
-// dead-lettered and `worker redrive` (package redrive) moved back, which
-// carry OriginalIDAttribute. It does not deduplicate a producer's retry,
-// which is a new message, nor a message moved by SQS's own move task or
-// the console, which get a new id and no OriginalIDAttribute: prefer a
-// business key.
+// KeyFromMessageID is a Decoder that keys each message by the id it was
+// published with (Message.PublishedID) and leaves the body undecoded: an
+// SNS notification or EventBridge event by its envelope's id, with a
+// fingerprint of the message inside; any other message by the id it first
+// arrived with (Message.OriginalID). It deduplicates redeliveries of one
+// message, the copies SNS and EventBridge deliver of one publication, and
+// a message the worker dead-lettered and `worker redrive` (package
+// redrive) moved back, which carries its envelope or OriginalIDAttribute.
+// It does not deduplicate a producer's retry, which is a new message (a
+// new publication), nor a message with no envelope moved by SQS's own move
+// task or the console, which get a new id and no OriginalIDAttribute:
+// prefer a business key.
 var KeyFromMessageID Decoder = DecoderFunc(func(m *Message) error {
-	m.Key = m.OriginalID()
+	m.Key, m.Fingerprint = messageIDKey(m)
 	m.Payload = m.Body
 	return nil
 })

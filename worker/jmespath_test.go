@@ -146,3 +146,52 @@ func ExampleKeyFromJMESPath() {
 	// Output:
 	// charging ord_7 from sns
 }
+
+// Two EventBridge events about one order: the order's id is in "detail",
+// each event's own id at the top of the body. An expression searches the
+// event's detail (the message as published); one that starts with $body
+// searches the body as SQS delivered it, so "$body.id" keys each event by
+// its own id and both run, where "id" finds the order's id and runs one.
+func TestKeyExpressionRoots(t *testing.T) {
+	t.Parallel()
+	placed := eventBridgeWrapped("ev-1", `{"id":"ord-1","status":"placed"}`)
+	paid := eventBridgeWrapped("ev-2", `{"id":"ord-1","status":"paid"}`)
+	for _, tc := range []struct {
+		name, expr string
+		keep       bool
+		wantKeys   []string
+	}{
+		{name: "the payload", expr: "id", wantKeys: []string{"ord-1"}},
+		{name: "the body", expr: "$body.id", wantKeys: []string{"ev-1", "ev-2"}},
+		{name: "the body, envelopes kept", expr: "$body.id", keep: true, wantKeys: []string{"ev-1", "ev-2"}},
+		{name: "the body and the payload", expr: "$body.[id, detail.id]", wantKeys: []string{`["ev-1","ord-1"]`, `["ev-2","ord-1"]`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dec, err := worker.KeyFromJMESPath(keyexpr.Config{Key: tc.expr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{}
+			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
+				EMF: io.Discard,
+				Protocol: worker.Protocol{
+					Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
+					KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range []string{placed, paid} {
+				resp, err := l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: fmt.Sprint("m", i), Body: b}}})
+				if err != nil || len(resp.BatchItemFailures) > 0 {
+					t.Fatalf("Handle: %+v, %v", resp, err)
+				}
+			}
+			if fmt.Sprint(rec.keys) != fmt.Sprint(tc.wantKeys) {
+				t.Errorf("handled keys %q; want %q", rec.keys, tc.wantKeys)
+			}
+		})
+	}
+}
