@@ -2,11 +2,14 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/internal/syncbuf"
 )
 
 // TestProcessResultTooLarge: a handler whose result does not fit the claim
@@ -58,5 +61,40 @@ func TestKeyFromMessageIDKeepsTheOriginalID(t *testing.T) {
 		if err := KeyFromMessageID.Decode(&m); err != nil || m.Key != tc.want {
 			t.Errorf("%s: key %q, %v; want %q", tc.name, m.Key, err, tc.want)
 		}
+	}
+}
+
+// TestDuplicateLogCapsTheResult: a duplicate's log line carries a stored
+// result as a completion's does: its first bytes and its size, never the
+// whole of a large one (300 KB logged per duplicate otherwise).
+func TestDuplicateLogCapsTheResult(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("r", 300*1024)
+	f := newFixture(ok(big))
+	var logs syncbuf.Buffer
+	f.p.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx := context.Background()
+	for rc := 1; rc <= 2; rc++ {
+		if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: rc}, f.lease()); d.action != actAck {
+			t.Fatalf("delivery %d: %v, want ack", rc, d.action)
+		}
+	}
+	var dup map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l["outcome"] == string(OutcomeDuplicate) {
+			dup = l
+		}
+	}
+	if dup == nil {
+		t.Fatalf("no duplicate logged:\n%.2000s", logs.String())
+	}
+	r, _ := dup["result"].(string)
+	if len(r) > maxLoggedResult+3 || dup["result_bytes"] != float64(len(big)) {
+		t.Errorf("the duplicate's line carries %d bytes of the result and result_bytes %v; want at most %d and %d",
+			len(r), dup["result_bytes"], maxLoggedResult+3, len(big))
 	}
 }

@@ -206,8 +206,9 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 			return disposition{action: actAck}
 		}
-		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
+		attrs := append(resultAttrs(acq.replay.Value), slog.Int64("token", acq.replay.Token),
 			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
+		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", attrs...)
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
 		wait := acq.held.Until.Sub(now) + p.deferSlack
