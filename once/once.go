@@ -294,8 +294,9 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // result could not be stored; a *ResultTooLargeError (ErrResultTooLarge) if
 // fn's result, or the result of the call that completed the key, was too
 // large to store (the first call returns the result with it; fn never runs
-// again for the key). If fn panics, the claim is released and the panic
-// goes on.
+// again for the key); an *EncodeError (ErrUnencodable) if the call that
+// completed the key had a typed result that did not encode (RunValue). If
+// fn panics, the claim is released and the panic goes on.
 func Do(ctx context.Context, store claimstore.Store, key string, opts Options, fn Func) (string, error) {
 	r, err := Run(ctx, store, key, opts, fn)
 	return r.Value, err
@@ -343,7 +344,8 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 // that hold the claim around their own work (the SQS worker does): it
 // returns the held *Claim; or, for a key completed before, a nil Claim and
 // the stored Result (with a *ResultTooLargeError if the result was not
-// stored: the Result says the token); or Run's errors from before its function would run (a
+// stored, or an *EncodeError if it did not encode: the Result says the
+// token); or Run's errors from before its function would run (a
 // *HeldError, a *KeyReusedError, claimstore.ErrInvalidKey or
 // ErrInvalidParams, a *StoreError). The holder of a Claim calls Hold around
 // the work, then Complete or Release.
@@ -369,6 +371,9 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	case claimstore.Acquired:
 	case claimstore.Duplicate:
 		if e := omitted(key, c.Token, c.Result); e != nil {
+			return nil, Result{Replayed: true, Token: c.Token, Cached: acq.Cached}, e
+		}
+		if e := notEncoded(key, c.Token, c.Result); e != nil {
 			return nil, Result{Replayed: true, Token: c.Token, Cached: acq.Cached}, e
 		}
 		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token, Cached: acq.Cached}, nil
