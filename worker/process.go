@@ -541,8 +541,8 @@ func (p *processor) holdDelay(try int) time.Duration {
 }
 
 // handle runs the handler while the claim is held and renewed. lost
-// reports that the lease was lost while it ran, whatever the handler
-// returned, or before it could start.
+// reports that the store said the lease is lost while it ran, whatever the
+// handler returned, or before it could start.
 func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c *once.Claim, l *lease) (result string, err error, lost bool) {
 	ctx, span := p.span(ctx, SpanHandle)
 	defer func() { endStep(span, err, lost) }()
@@ -563,7 +563,13 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 			}
 		}
 	}
-	lost = errors.Is(c.Hold(ctx, work), once.ErrLeaseLost) && c.Lost()
+	// Hold returns work's error, or why work did not run, or that the store
+	// said the lease is lost. A lease that only ran out on this clock
+	// (c.Expired) is not lost: the handler's success is still completed,
+	// its failure released, both conditioned on this delivery's
+	// acquisition.
+	err = c.Hold(ctx, work)
+	lost = c.Lost()
 	l.until = c.Until()
 	return result, err, lost
 }
