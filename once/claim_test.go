@@ -269,3 +269,46 @@ func TestLocalExpiryAfterTakeoverDoesNotComplete(t *testing.T) {
 		t.Errorf("claim = %+v, want the taker's, untouched", got)
 	}
 }
+
+// TestRenewalsOutliveTheCallersContext: the caller's context ends (a
+// shutdown) while the function ignores it and runs on past its lease. The
+// lease is renewed until the function returns, so another caller finds the
+// key held and never runs it alongside; the function's result is stored.
+func TestRenewalsOutliveTheCallersContext(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var running, overlapped, runs atomic.Int32
+	fn := func(context.Context, once.Call) (string, error) {
+		runs.Add(1)
+		if running.Add(1) > 1 {
+			overlapped.Add(1)
+		}
+		defer running.Add(-1)
+		cancel()
+		time.Sleep(800 * time.Millisecond) // ignores its context: four leases
+		return "done", nil
+	}
+	opts := once.Options{Lease: 200 * time.Millisecond, RenewEvery: 50 * time.Millisecond}
+	first := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx, s, "k", opts, fn)
+		first <- err
+	}()
+	deadline := time.Now().Add(700 * time.Millisecond)
+	for time.Now().Before(deadline) && runs.Load() < 2 {
+		time.Sleep(50 * time.Millisecond)
+		if _, err := once.Do(t.Context(), s, "k", opts, fn); err != nil && !errors.Is(err, once.ErrHeldElsewhere) {
+			t.Errorf("second caller: %v", err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Errorf("first caller: %v", err)
+	}
+	if n, o := runs.Load(), overlapped.Load(); n != 1 || o != 0 {
+		t.Fatalf("the function ran %d times, %d of them alongside another; want once: the lease lapsed while it ran", n, o)
+	}
+	if v, err := once.Do(t.Context(), s, "k", opts, fn); v != "done" || err != nil {
+		t.Errorf("after = %q, %v; want the result replayed", v, err)
+	}
+}

@@ -479,7 +479,9 @@ type Renewal struct {
 // kept the claim. Hold is also the lease's watchdog: if the lease runs out
 // before a renewal extends it (the process stalled, the store hung), the
 // context ends at once with cause ErrLeaseExpired, since a later caller may
-// take over.
+// take over. When ctx ends, work's context ends too, but the renewals go on
+// until work returns: a caller whose work ignores its context (abandoned at
+// shutdown) keeps the key, and nobody runs it alongside.
 //
 // Hold returns work's error; or an error matching ErrLeaseLost if the
 // store said the lease is lost (Lost) before work returned, whatever work
@@ -524,7 +526,10 @@ func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) 
 	beat := make(chan struct{})
 	go func() {
 		defer close(beat)
-		c.heartbeat(wctx, cancel, next, done)
+		// Renewals go on while work runs, even after ctx ended (a
+		// shutdown): a claim that lapsed under work that ignores its
+		// context would let a later caller run the key alongside it.
+		c.heartbeat(context.WithoutCancel(wctx), cancel, next, done)
 	}()
 	stopped := false
 	stop := func() {
@@ -551,8 +556,10 @@ func (c *Claim) expiredErr() error {
 	return fmt.Errorf("key %q token %d: %w", c.Key, c.Token, ErrLeaseExpired)
 }
 
-// heartbeat renews the lease at next and then every RenewEvery until done,
-// and ends work's context when the lease is lost or runs out.
+// heartbeat renews the lease at next and then every RenewEvery until done
+// (work returned), and ends work's context when the lease is lost or runs
+// out. ctx carries values only: the caller's cancellation does not stop
+// the renewals of work still running.
 func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, next time.Time, done <-chan struct{}) {
 	expiry := time.NewTimer(c.until.Sub(c.o.Now()))
 	defer expiry.Stop()
@@ -566,8 +573,6 @@ func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, nex
 	for {
 		select {
 		case <-done:
-			return
-		case <-ctx.Done():
 			return
 		case <-expiry.C:
 			c.expire(lose)

@@ -169,9 +169,12 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // contexts cancelled (their claims are released and their messages made
 // visible again). Run returns nil after a clean drain, and an error wrapping
 // ErrShutdownTimeout when handlers had not returned by the end of
-// ShutdownTimeout (their claims then end with their leases, and their
-// messages come back when their visibility ends). Run may be called once per
-// Worker.
+// ShutdownTimeout. Such a handler runs on in the process: its claim is
+// renewed and its message's visibility extended until it returns (or the
+// process exits), so no other worker runs its key alongside it; then its
+// claim is completed or released as usual, and its message, not acked
+// (Run has returned), comes back and is acked as a duplicate or retried.
+// Run may be called once per Worker.
 func (w *Worker) Run(ctx context.Context) error {
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -244,8 +247,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // abandon logs each message whose handler is still running after the
 // shutdown timeout, cancelled and ignoring it: Run returns without it. Its
-// claim's lease and its visibility end by themselves, and the message is
-// retried (its handler's late outcome is not acked: the deleter is closed).
+// claim and visibility are still renewed until it returns (once.Claim.Hold
+// renews past its context's end), or until the process exits; then they
+// end by themselves, and the message is retried or acked as a duplicate
+// (its handler's late outcome is not acked: the deleter is closed).
 func (w *Worker) abandon() {
 	n := 0
 	w.inFlight.Range(func(id, _ any) bool {
