@@ -48,7 +48,7 @@ func TestAbandonedHandlerKeepsItsClaim(t *testing.T) {
 			QueueURL: e.queueURL, SQS: e.sqs, WaitTime: time.Second, ShutdownTimeout: time.Second,
 			Protocol: worker.Protocol{Store: store, Handler: handler, Owner: name, Metrics: m,
 				Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),
-				Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))},
+				Logger:  slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -430,17 +430,37 @@ func TestRetentionCheck(t *testing.T) {
 	if got, want := DefaultRetention(q), 456*time.Hour; got != want {
 		t.Errorf("DefaultRetention = %s, want %s", got, want)
 	}
-	err := CheckRetention(time.Hour, q)
-	if !errors.Is(err, ErrConfig) {
-		t.Fatalf("CheckRetention(1h) = %v, want ErrConfig", err)
+	const skew, hold = 2 * time.Second, 15*time.Minute + 30*time.Second
+	low := 96*time.Hour + 4*time.Second + hold
+	cases := []struct {
+		retention time.Duration
+		ok        bool
+	}{
+		{time.Hour, false},
+		// A copy received at the queue retention's end is claimed later,
+		// and the row's expiry was written on another clock.
+		{96 * time.Hour, false},
+		{low - time.Second, false},
+		{low, true},
+		{DefaultRetention(q), true},
 	}
-	for _, want := range []string{"1h0m0s", "96h0m0s", "345600"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q does not name %s", err, want)
+	for _, tc := range cases {
+		err := CheckRetention(tc.retention, q, skew, hold)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("CheckRetention(%s) = %v, want nil", tc.retention, err)
+			}
+			continue
 		}
-	}
-	if err := CheckRetention(96*time.Hour, q); err != nil {
-		t.Errorf("CheckRetention(queue retention) = %v", err)
+		var re *RetentionError
+		if !errors.Is(err, ErrConfig) || !errors.As(err, &re) || re.Min != low {
+			t.Fatalf("CheckRetention(%s) = %v, want a RetentionError with minimum %s", tc.retention, err, low)
+		}
+		for _, want := range []string{tc.retention.String(), low.String(), "96h0m0s", "345600", "2s", hold.String()} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not name %s", err, want)
+			}
+		}
 	}
 }
 

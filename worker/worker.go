@@ -44,7 +44,7 @@ type Worker struct {
 
 // New checks cfg, reads the queue's attributes (visibility timeout,
 // retention, redrive policy) and fills the defaults that derive from them.
-// A bad configuration, including a claim retention shorter than the queue's,
+// A bad configuration, including a claim retention below MinRetention,
 // is an error wrapping ErrConfig.
 func New(ctx context.Context, cfg Config) (*Worker, error) {
 	cfg.setDefaults()
@@ -63,7 +63,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := cfg.validateLease(); err != nil {
 		return nil, err
 	}
-	if err := CheckRetention(cfg.Retention, q); err != nil {
+	if err := CheckRetention(cfg.Retention, q, cfg.clockBound(), cfg.holdBeforeClaim(q)); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With(slog.String("queue_url", cfg.QueueURL), slog.String("owner", cfg.Owner))
