@@ -422,10 +422,10 @@ type Claim struct {
 	// Call describes the claim: key, fencing token, first use, attempt.
 	Call
 
-	store claimstore.Store
-	o     Options
-	h     claimstore.Holder
-	until time.Time // the lease's end as last stored
+	store   claimstore.Store
+	o       Options
+	h       claimstore.Holder
+	until   time.Time // the lease's end as last stored
 	lost    bool      // the store said the lease is lost (ErrLeaseLost)
 	expired bool      // the lease ran out on this clock before a renewal
 }
