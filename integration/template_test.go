@@ -217,7 +217,9 @@ func TestTemplateClaimRetention(t *testing.T) {
 	if retention < q.DeadLetterRetention {
 		t.Errorf("CLAIM_RETENTION %s is shorter than %s's retention %s", retention, dlqID, q.DeadLetterRetention)
 	}
-	if err := worker.CheckRetention(retention, q); err != nil {
+	// The worker's largest clock bound (its lease margin's cap) and its
+	// default hold, or a FIFO group's wait.
+	if err := worker.CheckRetention(retention, q, 5*time.Second, worker.MaxVisibility); err != nil {
 		t.Errorf("the worker would refuse to start: %v", err)
 	}
 	// A redrive from the dead-letter queue sends a new message with a new

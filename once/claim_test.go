@@ -188,3 +188,127 @@ func TestCompleteTxWithoutTransactions(t *testing.T) {
 type txWrites int
 
 func (w txWrites) Len() int { return int(w) }
+
+// blipRenew fails every Renew with a store error (not ErrLeaseLost) while
+// failing is set: a store blip, which says nothing about who holds the key.
+type blipRenew struct {
+	claimstore.Store
+	failing atomic.Bool
+	failed  atomic.Int32
+}
+
+func (s *blipRenew) Renew(ctx context.Context, p claimstore.RenewParams) error {
+	if s.failing.Load() {
+		s.failed.Add(1)
+		return errors.New("dynamodb: 500 internal server error")
+	}
+	return s.Store.Renew(ctx, p)
+}
+
+// TestLocalExpiryStillCompletes: renewals fail with store errors for
+// longer than a lease, so the lease runs out on the holder's clock and the
+// function's context ends; the function succeeds all the same, and nobody
+// took the key over. The claim is completed (the completion is conditioned
+// on the acquisition, so it is safe), the caller gets the result, and a
+// later call replays it: one run. Only the store saying the lease is lost
+// means not completing.
+func TestLocalExpiryStillCompletes(t *testing.T) {
+	t.Parallel()
+	s := &blipRenew{Store: memory.New(memory.Config{})}
+	s.failing.Store(true)
+	var runs, expired atomic.Int32
+	opts := once.Options{Lease: 200 * time.Millisecond, RenewEvery: 50 * time.Millisecond,
+		Renewed: func(r once.Renewal) {
+			if r.Expired {
+				expired.Add(1)
+			}
+		}}
+	fn := func(ctx context.Context, _ once.Call) (string, error) {
+		runs.Add(1)
+		<-ctx.Done() // the watchdog: the lease ran out on this clock
+		if !errors.Is(context.Cause(ctx), once.ErrLeaseLost) {
+			t.Errorf("cause %v, want one matching ErrLeaseLost", context.Cause(ctx))
+		}
+		s.failing.Store(false)
+		return "sent", nil // the effect happened before it noticed
+	}
+	v, err := once.Do(t.Context(), s, "k", opts, fn)
+	if err != nil || v != "sent" {
+		t.Fatalf("Do = %q, %v; want the result, completed after the local expiry", v, err)
+	}
+	if expired.Load() != 1 || s.failed.Load() == 0 {
+		t.Fatalf("expired %d times after %d failed renewals; want the lease to have run out", expired.Load(), s.failed.Load())
+	}
+	r, err := once.Run(t.Context(), s, "k", opts, fn)
+	if err != nil || !r.Replayed || r.Value != "sent" || runs.Load() != 1 {
+		t.Fatalf("second call = %+v, %v after %d runs; want the result replayed, one run", r, err, runs.Load())
+	}
+}
+
+// TestLocalExpiryAfterTakeoverDoesNotComplete: the lease ran out on the
+// holder's clock and another caller took the key over meanwhile: the late
+// completion is refused by the store (ErrLeaseLost) and the taker's claim
+// is untouched.
+func TestLocalExpiryAfterTakeoverDoesNotComplete(t *testing.T) {
+	t.Parallel()
+	s := &blipRenew{Store: memory.New(memory.Config{})}
+	s.failing.Store(true)
+	opts := once.Options{Lease: 200 * time.Millisecond, RenewEvery: 50 * time.Millisecond}
+	_, err := once.Do(t.Context(), s, "k", opts, func(ctx context.Context, _ once.Call) (string, error) {
+		<-ctx.Done()
+		time.Sleep(10 * time.Millisecond) // past the store's lease end too
+		if _, _, err := once.Acquire(t.Context(), s, "k", once.Options{Owner: "taker"}); err != nil {
+			t.Errorf("takeover: %v", err)
+		}
+		return "late", nil
+	})
+	if !errors.Is(err, once.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost from the completion", err)
+	}
+	if got, _ := s.Get(t.Context(), "k"); got.Owner != "taker" || got.Status != claimstore.StatusInProgress {
+		t.Errorf("claim = %+v, want the taker's, untouched", got)
+	}
+}
+
+// TestRenewalsOutliveTheCallersContext: the caller's context ends (a
+// shutdown) while the function ignores it and runs on past its lease. The
+// lease is renewed until the function returns, so another caller finds the
+// key held and never runs it alongside; the function's result is stored.
+func TestRenewalsOutliveTheCallersContext(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var running, overlapped, runs atomic.Int32
+	fn := func(context.Context, once.Call) (string, error) {
+		runs.Add(1)
+		if running.Add(1) > 1 {
+			overlapped.Add(1)
+		}
+		defer running.Add(-1)
+		cancel()
+		time.Sleep(800 * time.Millisecond) // ignores its context: four leases
+		return "done", nil
+	}
+	opts := once.Options{Lease: 200 * time.Millisecond, RenewEvery: 50 * time.Millisecond}
+	first := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx, s, "k", opts, fn)
+		first <- err
+	}()
+	deadline := time.Now().Add(700 * time.Millisecond)
+	for time.Now().Before(deadline) && runs.Load() < 2 {
+		time.Sleep(50 * time.Millisecond)
+		if _, err := once.Do(t.Context(), s, "k", opts, fn); err != nil && !errors.Is(err, once.ErrHeldElsewhere) {
+			t.Errorf("second caller: %v", err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Errorf("first caller: %v", err)
+	}
+	if n, o := runs.Load(), overlapped.Load(); n != 1 || o != 0 {
+		t.Fatalf("the function ran %d times, %d of them alongside another; want once: the lease lapsed while it ran", n, o)
+	}
+	if v, err := once.Do(t.Context(), s, "k", opts, fn); v != "done" || err != nil {
+		t.Errorf("after = %q, %v; want the result replayed", v, err)
+	}
+}

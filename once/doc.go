@@ -44,6 +44,8 @@
 //	ErrNotStored                 fn ran, result not stored          [leave the message alone]
 //	*ResultTooLargeError         fn ran once, key completed without [ack; later calls get it too: duplicate, ack]
 //	                             its result (too large to store)
+//	*EncodeError                 as *ResultTooLargeError, for a     [ack; duplicates ack]
+//	                             typed result that did not encode
 //
 // Options.LeaseUntil, FirstRenewal and Extend let a caller align the claim's
 // lease with another one (a message's visibility timeout, an invocation's
@@ -69,4 +71,8 @@
 // RunValue and DoValue store a result of the caller's type (JSON by
 // default, or a Codec), and decode a replay into it; a stored result that
 // no longer decodes is a *DecodeError (ErrUndecodable), not a zero value.
+// A result that does not encode (a NaN in JSON) after the function
+// succeeded completes the key with a marker, as a result too large does:
+// the first call gets its value and an *EncodeError (ErrUnencodable), later
+// calls the error alone, and the function never runs again for the key.
 package once

@@ -149,6 +149,15 @@ var (
 	// the function's context ended with this cause. It is
 	// claimstore.ErrLeaseLost: one value, whichever package names it.
 	ErrLeaseLost = claimstore.ErrLeaseLost
+	// ErrLeaseExpired is the cause a function's context ends with when its
+	// lease ran out on this caller's clock before a renewal extended it
+	// (the store failed or hung, the process stalled): a later caller may
+	// take the key over, so the work should stop, but the store has not
+	// said the claim is lost. It matches ErrLeaseLost. What the function
+	// returns still counts: its success is completed, its failure released,
+	// both conditioned on this caller's acquisition, so they fail with
+	// ErrLeaseLost if the key was taken over meanwhile.
+	ErrLeaseExpired error = leaseExpired{}
 	// ErrNotStored means the function succeeded but its result could not be
 	// stored (the store failed): the claim stays in progress until its lease
 	// ends, and a call after that runs the function again.
@@ -161,6 +170,12 @@ var (
 	// hash. It is claimstore.ErrResultTooLarge.
 	ErrResultTooLarge = claimstore.ErrResultTooLarge
 )
+
+// leaseExpired is ErrLeaseExpired's type: it matches ErrLeaseLost.
+type leaseExpired struct{}
+
+func (leaseExpired) Error() string        { return "once: lease expired on this caller's clock" }
+func (leaseExpired) Is(target error) bool { return target == ErrLeaseLost }
 
 // ResultTooLargeError is the error of a call whose result was not stored
 // because it was too large: the first call (which also returns the result)
@@ -297,8 +312,9 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // result could not be stored; a *ResultTooLargeError (ErrResultTooLarge) if
 // fn's result, or the result of the call that completed the key, was too
 // large to store (the first call returns the result with it; fn never runs
-// again for the key). If fn panics, the claim is released and the panic
-// goes on.
+// again for the key); an *EncodeError (ErrUnencodable) if the call that
+// completed the key had a typed result that did not encode (RunValue). If
+// fn panics, the claim is released and the panic goes on.
 func Do(ctx context.Context, store claimstore.Store, key string, opts Options, fn Func) (string, error) {
 	r, err := Run(ctx, store, key, opts, fn)
 	return r.Value, err
@@ -324,7 +340,10 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 		return ferr
 	})
 	panicked = false
-	if errors.Is(herr, ErrLeaseLost) {
+	if c.lost {
+		// The store said a later holder owns the key. A lease that only
+		// ran out on this clock (c.Expired) is still completed or
+		// released below: both are conditioned on the acquisition.
 		return Result{}, herr
 	}
 	if herr != nil {
@@ -346,7 +365,8 @@ func Run(ctx context.Context, store claimstore.Store, key string, opts Options, 
 // that hold the claim around their own work (the SQS worker does): it
 // returns the held *Claim; or, for a key completed before, a nil Claim and
 // the stored Result (with a *ResultTooLargeError if the result was not
-// stored: the Result says the token); or Run's errors from before its function would run (a
+// stored, or an *EncodeError if it did not encode: the Result says the
+// token); or Run's errors from before its function would run (a
 // *HeldError, a *KeyReusedError, claimstore.ErrInvalidKey or
 // ErrInvalidParams, a *StoreError). The holder of a Claim calls Hold around
 // the work, then Complete or Release.
@@ -372,6 +392,9 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	case claimstore.Acquired:
 	case claimstore.Duplicate:
 		if e := omitted(key, c.Token, c.Result); e != nil {
+			return nil, Result{Replayed: true, Token: c.Token, Cached: acq.Cached}, e
+		}
+		if e := notEncoded(key, c.Token, c.Result); e != nil {
 			return nil, Result{Replayed: true, Token: c.Token, Cached: acq.Cached}, e
 		}
 		return nil, Result{Value: c.Result, Replayed: true, Token: c.Token, Cached: acq.Cached}, nil
@@ -402,11 +425,12 @@ type Claim struct {
 	// Call describes the claim: key, fencing token, first use, attempt.
 	Call
 
-	store claimstore.Store
-	o     Options
-	h     claimstore.Holder
-	until time.Time // the lease's end as last stored
-	lost  bool      // the lease was lost while held
+	store   claimstore.Store
+	o       Options
+	h       claimstore.Holder
+	until   time.Time // the lease's end as last stored
+	lost    bool      // the store said the lease is lost (ErrLeaseLost)
+	expired bool      // the lease ran out on this clock before a renewal
 }
 
 // Holder returns the claim's identity in the store's terms.
@@ -416,9 +440,17 @@ func (c *Claim) Holder() claimstore.Holder { return c.h }
 // at the acquisition, or as the last renewal under Hold left it.
 func (c *Claim) Until() time.Time { return c.until }
 
-// Lost reports that the claim's lease was lost under Hold: a later holder
-// may own the key, and the claim can no longer be completed or released.
+// Lost reports that the store said the claim's lease is lost
+// (ErrLeaseLost) under Hold: a later holder owns the key, and the claim can
+// no longer be completed or released.
 func (c *Claim) Lost() bool { return c.lost }
+
+// Expired reports that the claim's lease ran out on this caller's clock
+// under Hold before a renewal extended it (ErrLeaseExpired): the work's
+// context ended, but the store has not said the claim is lost. Complete
+// or Release it all the same: each succeeds if nobody took the key over,
+// and fails with ErrLeaseLost if somebody did.
+func (c *Claim) Expired() bool { return c.expired }
 
 // Renewal is what Options.Renewed is told after each renewal try.
 type Renewal struct {
@@ -430,12 +462,15 @@ type Renewal struct {
 	// failed), if it did not; nil with Extended false when Extend had
 	// nothing more to extend.
 	Err error
-	// Lost reports that the claim is lost: a later holder owns it, or the
-	// lease ran out before it was renewed (Expired). The function's context
-	// ends with cause ErrLeaseLost.
+	// Lost reports that the function's context ends: the store said a
+	// later holder owns the claim (ErrLeaseLost), or the lease ran out
+	// before it was renewed (Expired). The context's cause matches
+	// ErrLeaseLost.
 	Lost bool
-	// Expired reports that the lease ran out, at Until, before a renewal
-	// extended it.
+	// Expired reports that the lease ran out on this clock, at Until,
+	// before a renewal extended it (ErrLeaseExpired): the store has not
+	// said the claim is lost, and the claim is still completed or released
+	// when the function returns.
 	Expired bool
 }
 
@@ -446,11 +481,19 @@ type Renewal struct {
 // claim took long), the lease is renewed first and work runs only if that
 // kept the claim. Hold is also the lease's watchdog: if the lease runs out
 // before a renewal extends it (the process stalled, the store hung), the
-// context ends at once, since a later caller may take over.
+// context ends at once with cause ErrLeaseExpired, since a later caller may
+// take over. When ctx ends, work's context ends too, but the renewals go on
+// until work returns: a caller whose work ignores its context (abandoned at
+// shutdown) keeps the key, and nobody runs it alongside.
 //
-// Hold returns work's error; or an error matching ErrLeaseLost if the lease
-// was lost before work returned, whatever work returned, or before it
-// could start. If work panics, the renewals stop and the panic goes on.
+// Hold returns work's error; or an error matching ErrLeaseLost if the
+// store said the lease is lost (Lost) before work returned, whatever work
+// returned, or before it could start. A lease that only ran out on this
+// clock (Expired) does not change what work returned: its success is
+// completed, its failure released, as the store's condition on the
+// acquisition allows; if it ran out before work could start, Hold returns
+// an error matching ErrLeaseExpired. If work panics, the renewals stop and
+// the panic goes on.
 func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) error {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -469,17 +512,16 @@ func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) 
 	}
 	if !c.o.Now().Before(c.until) {
 		c.expire(cancel)
-		return c.lostErr()
+		return c.expiredErr()
 	}
 	if c.o.RenewEvery < 0 {
 		// Nothing to renew: the lease's end is the work's deadline, and no
 		// goroutine needs to watch it.
-		dctx, stop := context.WithTimeoutCause(wctx, c.until.Sub(c.o.Now()), ErrLeaseLost)
+		dctx, stop := context.WithTimeoutCause(wctx, c.until.Sub(c.o.Now()), ErrLeaseExpired)
 		defer stop()
 		err := work(dctx)
 		if errors.Is(context.Cause(dctx), ErrLeaseLost) {
 			c.expire(cancel)
-			return c.lostErr()
 		}
 		return err
 	}
@@ -487,7 +529,10 @@ func (c *Claim) Hold(ctx context.Context, work func(ctx context.Context) error) 
 	beat := make(chan struct{})
 	go func() {
 		defer close(beat)
-		c.heartbeat(wctx, cancel, next, done)
+		// Renewals go on while work runs, even after ctx ended (a
+		// shutdown): a claim that lapsed under work that ignores its
+		// context would let a later caller run the key alongside it.
+		c.heartbeat(context.WithoutCancel(wctx), cancel, next, done)
 	}()
 	stopped := false
 	stop := func() {
@@ -510,8 +555,14 @@ func (c *Claim) lostErr() error {
 	return fmt.Errorf("key %q token %d: %w", c.Key, c.Token, ErrLeaseLost)
 }
 
-// heartbeat renews the lease at next and then every RenewEvery until done,
-// and ends work's context when the lease is lost or runs out.
+func (c *Claim) expiredErr() error {
+	return fmt.Errorf("key %q token %d: %w", c.Key, c.Token, ErrLeaseExpired)
+}
+
+// heartbeat renews the lease at next and then every RenewEvery until done
+// (work returned), and ends work's context when the lease is lost or runs
+// out. ctx carries values only: the caller's cancellation does not stop
+// the renewals of work still running.
 func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, next time.Time, done <-chan struct{}) {
 	expiry := time.NewTimer(c.until.Sub(c.o.Now()))
 	defer expiry.Stop()
@@ -525,8 +576,6 @@ func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, nex
 	for {
 		select {
 		case <-done:
-			return
-		case <-ctx.Done():
 			return
 		case <-expiry.C:
 			c.expire(lose)
@@ -545,11 +594,14 @@ func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, nex
 	}
 }
 
-// expire ends work's context because the lease ran out.
+// expire ends work's context because the lease ran out on this clock.
 func (c *Claim) expire(lose context.CancelCauseFunc) {
-	c.lost = true
-	c.report(Renewal{Until: c.until, Lost: true, Expired: true, Err: ErrLeaseLost})
-	lose(ErrLeaseLost)
+	if c.expired {
+		return
+	}
+	c.expired = true
+	c.report(Renewal{Until: c.until, Lost: true, Expired: true, Err: ErrLeaseExpired})
+	lose(ErrLeaseExpired)
 }
 
 // beat renews the lease once and reports whether the claim is still held.

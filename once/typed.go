@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 )
@@ -101,32 +103,44 @@ func DoValue[T any](ctx context.Context, store claimstore.Store, key string, opt
 // RunValue is Run for a result of type T: fn's result is encoded with codec
 // (nil: JSONCodec) and stored with the completed claim, and a replay decodes
 // the stored result into a T. The first call returns the value as a replay
-// would see it (encoded and decoded), so both agree; a result that does not
-// survive the trip is fn's error, marked Permanent, and the claim is
-// released rather than completed with a result no replay could read. A
-// replay whose stored result no longer decodes returns a *DecodeError
-// (ErrUndecodable) and the zero T, never a silent zero. Other errors are
-// Run's.
+// would see it (encoded and decoded), so both agree. A result that does not
+// survive the trip (it does not encode, or does not decode as encoded) is
+// not stored, but fn's work was done: the claim is completed with a marker
+// that says so, the first call returns fn's value with an *EncodeError
+// (ErrUnencodable), and later calls that error alone, without running fn.
+// A result too large to store is returned to the first call with its
+// *ResultTooLargeError, as by Run. A replay whose stored result no longer
+// decodes returns a *DecodeError (ErrUndecodable) and the zero T, never a
+// silent zero. Other errors are Run's.
 func RunValue[T any](ctx context.Context, store claimstore.Store, key string, opts Options, codec Codec, fn ValueFunc[T]) (Value[T], error) {
 	if codec == nil {
 		codec = JSONCodec{}
 	}
 	var fresh T
+	var notEncoded *EncodeError
 	r, err := Run(ctx, store, key, opts, func(ctx context.Context, c Call) (string, error) {
 		v, err := fn(ctx, c)
 		if err != nil {
 			return "", err
 		}
-		s, err := codec.Encode(v)
-		if err != nil {
-			return "", Permanent(fmt.Errorf("once: encode result of key %q: %w", key, err))
+		s, back, ee := encode(codec, key, c.Token, v)
+		if ee != nil {
+			// The work is done: complete the claim with the marker, so
+			// that it is never done again.
+			fresh, notEncoded = v, ee
+			return ee.Stored(), nil
 		}
-		if err := codec.Decode(s, &fresh); err != nil {
-			return "", Permanent(fmt.Errorf("once: result of key %q does not decode as encoded: %w", key, err))
-		}
+		fresh = back
 		return s, nil
 	})
-	if err != nil {
+	switch {
+	case err == nil && notEncoded != nil && !r.Replayed:
+		return Value[T]{Value: fresh, Token: r.Token}, notEncoded
+	case errors.Is(err, ErrResultTooLarge) && !r.Replayed && r.Token != 0:
+		return Value[T]{Value: fresh, Token: r.Token}, err
+	case err != nil && r.Replayed:
+		return Value[T]{Replayed: true, Token: r.Token}, err // the result was not stored
+	case err != nil:
 		return Value[T]{}, err
 	}
 	if !r.Replayed {
@@ -137,4 +151,104 @@ func RunValue[T any](ctx context.Context, store claimstore.Store, key string, op
 		return Value[T]{}, &DecodeError{Key: key, Type: reflect.TypeFor[T]().String(), Stored: r.Value, Err: err}
 	}
 	return Value[T]{Value: v, Replayed: true, Token: r.Token}, nil
+}
+
+// Encode encodes v with codec (nil: JSONCodec) and checks that it decodes
+// back into a T. If it does not, the result cannot be stored: the
+// *EncodeError for key and token says why, and its Stored is what the
+// claim is completed with instead (the worker's ValueHandler uses it).
+func Encode[T any](codec Codec, key string, token int64, v T) (string, *EncodeError) {
+	s, _, ee := encode(codec, key, token, v)
+	return s, ee
+}
+
+// encode is Encode that also returns the value decoded back.
+func encode[T any](codec Codec, key string, token int64, v T) (string, T, *EncodeError) {
+	if codec == nil {
+		codec = JSONCodec{}
+	}
+	var back T
+	s, err := codec.Encode(v)
+	if err == nil {
+		if derr := codec.Decode(s, &back); derr != nil {
+			err = fmt.Errorf("does not decode as encoded: %w", derr)
+		}
+	}
+	if err == nil {
+		return s, back, nil
+	}
+	return "", back, &EncodeError{Key: key, Token: token, Type: reflect.TypeFor[T]().String(), Reason: truncateRunes(err.Error(), maxEncodeReason), Err: err}
+}
+
+// ErrUnencodable means a function succeeded but its typed result did not
+// make the trip through the codec (it does not encode, such as a NaN in
+// JSON, or does not decode as encoded). The work was done: its claim is
+// completed without the result, with a marker that says so, and it never
+// runs again for the key. The first call returns the value with the
+// error, later calls the error alone. The error is an *EncodeError.
+var ErrUnencodable = errors.New("once: result does not encode")
+
+// EncodeError is the error of a call whose typed result was not stored
+// because the codec refused it. It matches ErrUnencodable.
+type EncodeError struct {
+	// Key is the key.
+	Key string
+	// Token is the fencing token of the claim the result came from.
+	Token int64
+	// Type is the result's Go type.
+	Type string
+	// Reason is the codec's error as stored with the claim.
+	Reason string
+	// Err is the codec's error, for the call that ran the function; nil
+	// for later calls, which have Reason.
+	Err error
+}
+
+// Error implements error.
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("once: key %q token %d: the result (%s) does not encode: %s: the work was done and is not done again",
+		e.Key, e.Token, e.Type, e.Reason)
+}
+
+// Is reports whether target is ErrUnencodable.
+func (e *EncodeError) Is(target error) bool { return target == ErrUnencodable }
+
+// Unwrap returns the codec's error.
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// Stored returns the marker a claim is completed with in place of the
+// result that did not encode: it says so, with the type and the reason,
+// which a later call reads back as an *EncodeError.
+func (e *EncodeError) Stored() string {
+	return notEncodedPrefix + e.Type + ":" + e.Reason
+}
+
+// notEncodedPrefix starts EncodeError.Stored's marker; like
+// claimstore.OmittedResult's, the control character U+001F keeps it apart
+// from any result a caller means.
+const notEncodedPrefix = "\x1fclaimfirst:result-not-encoded:"
+
+// maxEncodeReason bounds the codec's error kept in the marker.
+const maxEncodeReason = 512
+
+// notEncoded returns the *EncodeError of a stored result that is the
+// marker of a result that did not encode, or nil.
+func notEncoded(key string, token int64, stored string) *EncodeError {
+	rest, ok := strings.CutPrefix(stored, notEncodedPrefix)
+	if !ok {
+		return nil
+	}
+	typ, reason, _ := strings.Cut(rest, ":")
+	return &EncodeError{Key: key, Token: token, Type: typ, Reason: reason}
+}
+
+// truncateRunes cuts s to at most n bytes on a rune boundary.
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

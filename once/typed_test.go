@@ -3,10 +3,13 @@ package once_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/keyexpr"
 	"github.com/claimfirst/claimfirst/once"
 )
@@ -88,19 +91,98 @@ type badCodec struct{}
 func (badCodec) Encode(any) (string, error) { return "?", nil }
 func (badCodec) Decode(string, any) error   { return errors.New("cannot read ?") }
 
-func TestRunValueNeverStoresWhatItCannotRead(t *testing.T) {
+// measured has a float field: NaN does not encode as JSON.
+type measured struct {
+	ChargeID string  `json:"charge_id"`
+	Ratio    float64 `json:"ratio"`
+}
+
+// TestRunValueResultThatDoesNotEncodeRunsOnce: a function whose effect
+// happened but whose result does not make the trip through the codec (a
+// NaN JSON refuses; a codec that cannot read its own output) runs once.
+// Its claim is completed with the marker of a result not stored, never
+// released: the first call gets its value and the error, later calls the
+// error alone, without running it.
+func TestRunValueResultThatDoesNotEncodeRunsOnce(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, s claimstore.Store, key string) {
-		ctx := context.Background()
-		_, err := once.RunValue(ctx, s, key, once.Options{}, badCodec{}, func(context.Context, once.Call) (int, error) { return 1, nil })
-		if !once.IsPermanent(err) || !strings.Contains(err.Error(), "does not decode as encoded") {
-			t.Fatalf("RunValue with a codec that cannot read its own output = %v; want a permanent error", err)
-		}
-		c, err := s.Get(ctx, key)
-		if err != nil || c.Status != claimstore.StatusReleased {
-			t.Fatalf("claim = %+v, %v; want it released, not completed with an unreadable result", c, err)
-		}
-	})
+	cases := []struct {
+		name   string
+		codec  once.Codec
+		value  measured
+		reason string
+	}{
+		{"NaN", nil, measured{ChargeID: "ch_1", Ratio: math.NaN()}, "unsupported value"},
+		{"does not decode as encoded", badCodec{}, measured{ChargeID: "ch_1"}, "cannot read ?"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eachBackend(t, func(t *testing.T, s claimstore.Store, key string) {
+				ctx := context.Background()
+				var runs atomic.Int32
+				fn := func(context.Context, once.Call) (measured, error) {
+					runs.Add(1)
+					return tc.value, nil
+				}
+				var vs [3]once.Value[measured]
+				var errs [3]error
+				for i := range vs {
+					vs[i], errs[i] = once.RunValue(ctx, s, key, once.Options{}, tc.codec, fn)
+				}
+				if n := runs.Load(); n != 1 {
+					t.Fatalf("the function ran %d times in 3 calls, want 1 (errors %v)", n, errs)
+				}
+				var ee *once.EncodeError
+				if !errors.Is(errs[0], once.ErrUnencodable) || !errors.As(errs[0], &ee) || ee.Err == nil ||
+					!strings.Contains(errs[0].Error(), tc.reason) || vs[0].Value.ChargeID != "ch_1" || vs[0].Replayed || vs[0].Token != 1 {
+					t.Fatalf("first call = %+v, %v; want the value and an *EncodeError saying %q", vs[0], errs[0], tc.reason)
+				}
+				if once.IsPermanent(errs[0]) {
+					t.Errorf("first call's error %v is permanent: the work succeeded", errs[0])
+				}
+				for i := 1; i < len(vs); i++ {
+					if !errors.As(errs[i], &ee) || ee.Type != "once_test.measured" || !strings.Contains(ee.Reason, tc.reason) ||
+						!vs[i].Replayed || vs[i].Token != 1 || vs[i].Value != (measured{}) {
+						t.Errorf("later call %d = %+v, %v; want the stored EncodeError, replayed, token 1", i, vs[i], errs[i])
+					}
+				}
+				c, err := s.Get(ctx, key)
+				if err != nil || c.Status != claimstore.StatusCompleted {
+					t.Fatalf("claim = %+v, %v; want it completed, not released", c, err)
+				}
+				// A plain Run sees the marker as an error too, never as a value.
+				r, err := once.Run(ctx, s, key, once.Options{}, func(context.Context, once.Call) (string, error) {
+					t.Error("ran again")
+					return "", nil
+				})
+				if !errors.Is(err, once.ErrUnencodable) || r.Value != "" || !r.Replayed {
+					t.Errorf("Run after = %+v, %v; want ErrUnencodable", r, err)
+				}
+			})
+		})
+	}
+}
+
+// TestRunValueResultTooLargeKeepsTheValue: a typed result too large to
+// store is returned to the call that made it, with ErrResultTooLarge, as
+// Run returns a string result.
+func TestRunValueResultTooLargeKeepsTheValue(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Config{})
+	big := strings.Repeat("r", claimstore.MaxResultBytes)
+	runs := 0
+	fn := func(context.Context, once.Call) (receipt, error) {
+		runs++
+		return receipt{ChargeID: big, Amount: 1}, nil
+	}
+	v, err := once.RunValue(t.Context(), s, "k", once.Options{}, nil, fn)
+	if !errors.Is(err, once.ErrResultTooLarge) || v.Value.ChargeID != big || v.Token != 1 {
+		t.Fatalf("first call: %d bytes, token %d, err %v; want the value and ErrResultTooLarge", len(v.Value.ChargeID), v.Token, err)
+	}
+	v, err = once.RunValue(t.Context(), s, "k", once.Options{}, nil, fn)
+	if !errors.Is(err, once.ErrResultTooLarge) || v.Value.ChargeID != "" || !v.Replayed || runs != 1 {
+		t.Fatalf("later call: %+v, %v after %d runs; want ErrResultTooLarge, replayed, one run", v.Token, err, runs)
+	}
 }
 
 // The key and fingerprint of a call come from its payload by expression.

@@ -99,7 +99,8 @@ type Protocol struct {
 	// as delivered.
 	KeepEnvelopes bool
 	// Retention is how long completed keys are remembered. It must be at
-	// least the queue's retention. Defaults to DefaultRetention of the
+	// least MinRetention: the queue's retention plus the longest wait
+	// before a claim plus twice the clock bound. Defaults to DefaultRetention of the
 	// queue; a Lambda without a QueueURL cannot read the queue and requires
 	// it.
 	Retention time.Duration
@@ -237,6 +238,27 @@ func (c *Config) setQueueDefaults(q QueueInfo) {
 	if c.DeleteDelay == 0 {
 		c.DeleteDelay = min(c.VisibilityTimeout/20, time.Second)
 	}
+}
+
+// clockBound is how far the worker's clock may be off AWS's: ClockSkewMax,
+// or with the check off, LeaseMargin, which the protocol assumes covers it.
+func (c *Config) clockBound() time.Duration {
+	if c.ClockSkewMax > 0 {
+		return c.ClockSkewMax
+	}
+	return c.LeaseMargin
+}
+
+// holdBeforeClaim is the longest a received message may wait before its
+// key is acquired: on a FIFO queue, behind the earlier messages of its
+// group, for as long as SQS lets a received message stay invisible
+// (MaxVisibility); on a standard queue, the in-process retries of a
+// failing store (HoldFor), the last try ending with its lease.
+func (c *Config) holdBeforeClaim(q QueueInfo) time.Duration {
+	if q.FIFO {
+		return MaxVisibility
+	}
+	return c.HoldFor + c.VisibilityTimeout
 }
 
 func (c *Config) validate() error {

@@ -31,7 +31,8 @@
 //
 // Completed keys are remembered for Config.Retention, which defaults to the
 // queue's retention plus its dead-letter queue's plus a day, and may not be
-// set shorter than the queue's retention: a redelivery that arrives after its
+// set below MinRetention (the queue's retention, plus the longest wait before
+// a claim, plus twice the clock bound): a redelivery that arrives after its
 // claim is forgotten would be processed as new.
 //
 // Run stops receiving when its context ends (cutting a long poll short),

@@ -115,7 +115,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		if cfg.Retention == 0 {
 			cfg.Retention = DefaultRetention(q)
 		}
-		if err := CheckRetention(cfg.Retention, q); err != nil {
+		// A record is claimed within its invocation, which lasts at most
+		// Lambda's longest timeout.
+		if err := CheckRetention(cfg.Retention, q, lambdaClockBound(cfg.ClockSkewMax, cfg.LeaseMargin), lambdaMaxTimeout); err != nil {
 			return nil, err
 		}
 		l.queue = q
@@ -268,4 +270,17 @@ func lambdaAttributes(in map[string]events.SQSMessageAttribute) map[string]types
 		}
 	}
 	return out
+}
+
+// lambdaMaxTimeout is Lambda's longest function timeout: no record of an
+// invocation is claimed later than that after it was received.
+const lambdaMaxTimeout = 15 * time.Minute
+
+// lambdaClockBound is the Lambda adapter's clock bound: ClockSkewMax, or
+// with the check off, the lease margin, which the protocol assumes covers it.
+func lambdaClockBound(skewMax, margin time.Duration) time.Duration {
+	if skewMax > 0 {
+		return skewMax
+	}
+	return margin
 }

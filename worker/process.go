@@ -200,14 +200,21 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		if p.onReplay != nil {
 			p.onReplay(ctx, r)
 		}
+		if acq.notEncoded != nil {
+			p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed, its result not stored: it did not encode",
+				slog.Int64("token", acq.replay.Token), slog.String("result_type", acq.notEncoded.Type), slog.String("reason", acq.notEncoded.Reason),
+				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
+			return disposition{action: actAck}
+		}
 		if acq.notStored != nil {
 			p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed, its result too large to have been stored",
 				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256),
 				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 			return disposition{action: actAck}
 		}
-		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", slog.String("result", acq.replay.Value), slog.Int64("token", acq.replay.Token),
+		attrs := append(resultAttrs(acq.replay.Value), slog.Int64("token", acq.replay.Token),
 			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
+		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", attrs...)
 		return disposition{action: actAck}
 	case claimstore.HeldElsewhere:
 		wait := acq.held.Until.Sub(now) + p.deferSlack
@@ -225,8 +232,21 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost while handling: not completing, not acking")
 		return disposition{action: actLeave}
 	}
+	unencoded := notEncoded(herr)
+	if unencoded != nil {
+		// The handler succeeded; its result did not encode. Complete with
+		// the marker that says so: the work is never done again.
+		result, herr = unencoded.Stored(), nil
+	}
 	if herr == nil {
 		result, herr, err = p.finish(ctx, m, c, result)
+	}
+	if herr == nil && err == nil && unencoded != nil {
+		p.metrics.resultsNotStored.Inc()
+		p.breaker.success()
+		p.metrics.record(log, slog.LevelWarn, OutcomeCompleted, "completed without its result: it does not encode",
+			slog.String("result_type", unencoded.Type), slog.String("reason", unencoded.Reason))
+		return disposition{action: actAck}
 	}
 	var notStored *once.ResultTooLargeError
 	if herr == nil && errors.As(err, &notStored) {
@@ -331,8 +351,10 @@ type acquisition struct {
 	replay  once.Result // Duplicate
 	// notStored says a Duplicate's result was too large to be stored.
 	notStored *once.ResultTooLargeError
-	held      *once.HeldError      // HeldElsewhere
-	reused    *once.KeyReusedError // KeyReused
+	// notEncoded says a Duplicate's result did not encode.
+	notEncoded *once.EncodeError
+	held       *once.HeldError      // HeldElsewhere
+	reused     *once.KeyReusedError // KeyReused
 }
 
 // token is the fencing token of the claim the acquisition found.
@@ -427,6 +449,11 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 			p.breaker.recovered(storeDependency)
 			return acquisition{outcome: claimstore.Duplicate, replay: replay, notStored: notStored}, nil
 		}
+		var unencoded *once.EncodeError
+		if errors.As(err, &unencoded) {
+			p.breaker.recovered(storeDependency)
+			return acquisition{outcome: claimstore.Duplicate, replay: replay, notEncoded: unencoded}, nil
+		}
 		if a, ok := refused(err); ok {
 			p.breaker.recovered(storeDependency) // the store answered
 			return a, nil
@@ -514,8 +541,8 @@ func (p *processor) holdDelay(try int) time.Duration {
 }
 
 // handle runs the handler while the claim is held and renewed. lost
-// reports that the lease was lost while it ran, whatever the handler
-// returned, or before it could start.
+// reports that the store said the lease is lost while it ran, whatever the
+// handler returned, or before it could start.
 func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c *once.Claim, l *lease) (result string, err error, lost bool) {
 	ctx, span := p.span(ctx, SpanHandle)
 	defer func() { endStep(span, err, lost) }()
@@ -531,12 +558,18 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 			result, err = p.call(hctx, m)
 			p.metrics.handlerTime.Observe(p.now().Sub(start).Seconds())
 			p.metrics.inFlight.Dec()
-			if err == nil || !p.holdHandler(hctx, log, l, try, err) {
+			if err == nil || notEncoded(err) != nil || !p.holdHandler(hctx, log, l, try, err) {
 				return err
 			}
 		}
 	}
-	lost = errors.Is(c.Hold(ctx, work), once.ErrLeaseLost) && c.Lost()
+	// Hold returns work's error, or why work did not run, or that the store
+	// said the lease is lost. A lease that only ran out on this clock
+	// (c.Expired) is not lost: the handler's success is still completed,
+	// its failure released, both conditioned on this delivery's
+	// acquisition.
+	err = c.Hold(ctx, work)
+	lost = c.Lost()
 	l.until = c.Until()
 	return result, err, lost
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/claimstoretest"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/once"
 )
 
 func TestMain(m *testing.M) {
@@ -193,27 +194,48 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 
 // TestLeaseWatchdog: the process stalls past its lease (the clock jumps)
 // and nobody has taken over yet: the handler's context is cancelled at the
-// next heartbeat without waiting for a renew to fail, and the message is left
-// for its redelivery to take over.
+// next heartbeat without waiting for a renew to fail. The lease ran out on
+// this clock only, so what the handler returns still counts: a failure
+// releases the claim (the message is retried), a success completes it and
+// acks, both conditioned on the acquisition.
 func TestLeaseWatchdog(t *testing.T) {
 	t.Parallel()
-	var f *fixture
-	f = newFixture(HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
-		f.clock.Advance(time.Minute)
-		<-ctx.Done()
-		return "", ctx.Err()
-	}))
-	l, extends := f.heartbeatLease()
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
-		t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+	cases := []struct {
+		name    string
+		err     error
+		want    action
+		outcome Outcome
+		status  claimstore.Status
+	}{
+		{"handler fails", context.Canceled, actRetry, OutcomeReleased, claimstore.StatusReleased},
+		{"handler succeeds", nil, actAck, OutcomeCompleted, claimstore.StatusCompleted},
 	}
-	if extends.Load() != 0 {
-		t.Errorf("an expired lease was extended %d times", extends.Load())
-	}
-	c, _ := f.store.Get(context.Background(), "k")
-	if c.Status != claimstore.StatusInProgress || c.Token != 1 {
-		t.Errorf("claim = %+v, want ours, in progress, for the redelivery to take over", c)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var f *fixture
+			f = newFixture(HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+				f.clock.Advance(time.Minute)
+				<-ctx.Done()
+				if !errors.Is(context.Cause(ctx), once.ErrLeaseExpired) {
+					t.Errorf("cause %v, want ErrLeaseExpired", context.Cause(ctx))
+				}
+				return "sent", tc.err
+			}))
+			l, extends := f.heartbeatLease()
+			d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+			if d.action != tc.want || f.metrics.Count(tc.outcome) != 1 || f.metrics.Count(OutcomeLeaseLost) != 0 {
+				t.Fatalf("action %v, %s %d, lease_lost %d; want %v, 1, 0", d.action, tc.outcome, f.metrics.Count(tc.outcome),
+					f.metrics.Count(OutcomeLeaseLost), tc.want)
+			}
+			if extends.Load() != 0 {
+				t.Errorf("an expired lease was extended %d times", extends.Load())
+			}
+			c, _ := f.store.Get(context.Background(), "k")
+			if c.Status != tc.status || c.Token != 1 {
+				t.Errorf("claim = %+v, want ours, %s", c, tc.status)
+			}
+		})
 	}
 }
 
@@ -323,8 +345,13 @@ func TestSlowAcquireRenewFails(t *testing.T) {
 	f.p.store = &slowAcquire{Store: &failRenew{f.store}, clock: f.clock, delay: time.Minute}
 	l, _ := f.heartbeatLease()
 	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-	if d.action != actLeave || ran.Load() {
-		t.Fatalf("action %v, handler ran %v; want leave, not run", d.action, ran.Load())
+	if d.action != actRetry || ran.Load() {
+		t.Fatalf("action %v, handler ran %v; want retry, not run", d.action, ran.Load())
+	}
+	// The lease ran out on this clock, the store said nothing: the claim
+	// is released, not left for its lease to end.
+	if c, _ := f.store.Get(context.Background(), "k"); c.Status != claimstore.StatusReleased {
+		t.Errorf("claim = %+v, want released", c)
 	}
 }
 
@@ -403,17 +430,37 @@ func TestRetentionCheck(t *testing.T) {
 	if got, want := DefaultRetention(q), 456*time.Hour; got != want {
 		t.Errorf("DefaultRetention = %s, want %s", got, want)
 	}
-	err := CheckRetention(time.Hour, q)
-	if !errors.Is(err, ErrConfig) {
-		t.Fatalf("CheckRetention(1h) = %v, want ErrConfig", err)
+	const skew, hold = 2 * time.Second, 15*time.Minute + 30*time.Second
+	low := 96*time.Hour + 4*time.Second + hold
+	cases := []struct {
+		retention time.Duration
+		ok        bool
+	}{
+		{time.Hour, false},
+		// A copy received at the queue retention's end is claimed later,
+		// and the row's expiry was written on another clock.
+		{96 * time.Hour, false},
+		{low - time.Second, false},
+		{low, true},
+		{DefaultRetention(q), true},
 	}
-	for _, want := range []string{"1h0m0s", "96h0m0s", "345600"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q does not name %s", err, want)
+	for _, tc := range cases {
+		err := CheckRetention(tc.retention, q, skew, hold)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("CheckRetention(%s) = %v, want nil", tc.retention, err)
+			}
+			continue
 		}
-	}
-	if err := CheckRetention(96*time.Hour, q); err != nil {
-		t.Errorf("CheckRetention(queue retention) = %v", err)
+		var re *RetentionError
+		if !errors.Is(err, ErrConfig) || !errors.As(err, &re) || re.Min != low {
+			t.Fatalf("CheckRetention(%s) = %v, want a RetentionError with minimum %s", tc.retention, err, low)
+		}
+		for _, want := range []string{tc.retention.String(), low.String(), "96h0m0s", "345600", "2s", hold.String()} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not name %s", err, want)
+			}
+		}
 	}
 }
 
@@ -427,8 +474,8 @@ func (hangingRenew) Renew(ctx context.Context, _ claimstore.RenewParams) error {
 }
 
 // TestHangingRenewWatchdog: a heartbeat's renew hangs past the lease. The
-// watchdog still cancels the handler when the lease ends, and the message is
-// neither completed nor acked.
+// watchdog still cancels the handler when the lease ends; the handler
+// gives up, and its claim is released (the store never said it was lost).
 func TestHangingRenewWatchdog(t *testing.T) {
 	t.Parallel()
 	cancelled := make(chan time.Time, 1)
@@ -453,8 +500,8 @@ func TestHangingRenewWatchdog(t *testing.T) {
 	go func() { done <- f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l) }()
 	select {
 	case d := <-done:
-		if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
-			t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+		if d.action != actRetry || f.metrics.Count(OutcomeReleased) != 1 {
+			t.Fatalf("action %v released %d, want retry and 1", d.action, f.metrics.Count(OutcomeReleased))
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler was not cancelled within 3s of a 400ms lease: a hung renew blocked the watchdog")

@@ -115,20 +115,33 @@ func seconds(attrs map[string]string, name types.QueueAttributeName) (time.Durat
 	return time.Duration(n) * time.Second, nil
 }
 
-// RetentionError is a claim retention shorter than the queue's: a redelivery
-// could arrive after the claim is forgotten and be processed as new.
+// RetentionError is a claim retention shorter than MinRetention: a copy
+// received at the end of the queue's retention could be claimed after its
+// key's claim is forgotten and be processed as new.
 type RetentionError struct {
 	// Retention is the configured claim retention.
 	Retention time.Duration
+	// Min is the shortest retention accepted: QueueRetention plus twice
+	// ClockBound plus Hold.
+	Min time.Duration
 	// QueueRetention is the queue's MessageRetentionPeriod.
 	QueueRetention time.Duration
+	// ClockBound is how far a worker's clock may be off AWS's (the clock
+	// skew bound): the claim's expiry is written on one worker's clock and
+	// read on another's.
+	ClockBound time.Duration
+	// Hold is the longest a received copy may wait before its claim is
+	// acquired (in-process retries, a FIFO group's wait, an invocation).
+	Hold time.Duration
 }
 
 // Error implements error.
 func (e *RetentionError) Error() string {
-	return fmt.Sprintf("claim retention %s (%d s) is shorter than the queue's MessageRetentionPeriod %s (%d s): "+
-		"a message redelivered after its claim is forgotten would be processed as new",
-		e.Retention, int64(e.Retention.Seconds()), e.QueueRetention, int64(e.QueueRetention.Seconds()))
+	return fmt.Sprintf("claim retention %s (%d s) is shorter than %s (%d s): the queue's MessageRetentionPeriod %s (%d s) "+
+		"plus twice the clock bound %s plus the longest wait before a claim %s: "+
+		"a message redelivered at the end of its retention could find its claim forgotten and be processed as new",
+		e.Retention, int64(e.Retention.Seconds()), e.Min, int64(e.Min.Seconds()), e.QueueRetention, int64(e.QueueRetention.Seconds()),
+		e.ClockBound, e.Hold)
 }
 
 // Is makes errors.Is(err, ErrConfig) true.
@@ -145,10 +158,22 @@ func DefaultRetention(q QueueInfo) time.Duration {
 	return q.Retention + q.DeadLetterRetention + RetentionMargin
 }
 
-// CheckRetention refuses a claim retention shorter than the queue's.
-func CheckRetention(retention time.Duration, q QueueInfo) error {
-	if retention < q.Retention {
-		return &RetentionError{Retention: retention, QueueRetention: q.Retention}
+// MinRetention is the shortest claim retention the worker accepts for
+// queue q: a copy received at the very end of the queue's retention is
+// claimed up to hold later (in-process retries up to HoldFor, a FIFO
+// group's wait, an invocation), and the claim's expiry, written on the
+// completing worker's clock, is read on the claiming worker's: each may be
+// off by clockBound. So the queue's retention plus twice clockBound plus
+// hold.
+func MinRetention(q QueueInfo, clockBound, hold time.Duration) time.Duration {
+	return q.Retention + 2*max(clockBound, 0) + max(hold, 0)
+}
+
+// CheckRetention refuses a claim retention below MinRetention(q,
+// clockBound, hold) with a *RetentionError (ErrConfig).
+func CheckRetention(retention time.Duration, q QueueInfo, clockBound, hold time.Duration) error {
+	if low := MinRetention(q, clockBound, hold); retention < low {
+		return &RetentionError{Retention: retention, Min: low, QueueRetention: q.Retention, ClockBound: max(clockBound, 0), Hold: max(hold, 0)}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"reflect"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,9 +72,12 @@ func (m *Metrics) Replays(source string) int64 {
 // ValueHandler adapts a function whose result is a value of type T to
 // Handler: the value is encoded with Codec and stored with the completed
 // claim, and duplicates' Replay.Result decodes back into a T with
-// DecodeResult. A value that does not survive encoding and decoding is a
-// permanent failure (a programming error), found before the claim is
-// completed with a result nobody could read.
+// DecodeResult. A value that does not survive encoding and decoding (a
+// NaN in JSON) is not stored, but the work was done: the claim is
+// completed with the marker of a result not stored (once.EncodeError's
+// Stored), the message acked and counted in
+// claimfirst_results_not_stored_total, and its duplicates acked without
+// running Func, as for a result too large.
 type ValueHandler[T any] struct {
 	// Func does the message's work. Required.
 	Func func(ctx context.Context, m *Message) (T, error)
@@ -81,25 +85,30 @@ type ValueHandler[T any] struct {
 	Codec once.Codec
 }
 
-// Handle implements Handler.
+// Handle implements Handler. A result that does not encode comes back as
+// its marker with a *once.EncodeError (once.ErrUnencodable), which the
+// worker completes the claim with.
 func (h ValueHandler[T]) Handle(ctx context.Context, m *Message) (string, error) {
 	v, err := h.Func(ctx, m)
 	if err != nil {
 		return "", err
 	}
-	codec := h.Codec
-	if codec == nil {
-		codec = once.JSONCodec{}
-	}
-	s, err := codec.Encode(v)
-	if err != nil {
-		return "", Permanent("result does not encode", err)
-	}
-	var back T
-	if err := codec.Decode(s, &back); err != nil {
-		return "", Permanent("result does not decode as encoded", err)
+	s, ee := once.Encode(h.Codec, m.Key, m.Token, v)
+	if ee != nil {
+		return ee.Stored(), ee
 	}
 	return s, nil
+}
+
+// notEncoded returns the *once.EncodeError of a handler's error that says
+// its work succeeded but its result did not encode (ValueHandler), or nil.
+// Made Permanent, it is a failure like any other.
+func notEncoded(err error) *once.EncodeError {
+	var ee *once.EncodeError
+	if err == nil || IsPermanent(err) || !errors.As(err, &ee) {
+		return nil
+	}
+	return ee
 }
 
 // DecodeResult decodes a stored result (Replay.Result) into a T with codec

@@ -44,7 +44,7 @@ type Worker struct {
 
 // New checks cfg, reads the queue's attributes (visibility timeout,
 // retention, redrive policy) and fills the defaults that derive from them.
-// A bad configuration, including a claim retention shorter than the queue's,
+// A bad configuration, including a claim retention below MinRetention,
 // is an error wrapping ErrConfig.
 func New(ctx context.Context, cfg Config) (*Worker, error) {
 	cfg.setDefaults()
@@ -63,7 +63,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := cfg.validateLease(); err != nil {
 		return nil, err
 	}
-	if err := CheckRetention(cfg.Retention, q); err != nil {
+	if err := CheckRetention(cfg.Retention, q, cfg.clockBound(), cfg.holdBeforeClaim(q)); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With(slog.String("queue_url", cfg.QueueURL), slog.String("owner", cfg.Owner))
@@ -169,9 +169,12 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // contexts cancelled (their claims are released and their messages made
 // visible again). Run returns nil after a clean drain, and an error wrapping
 // ErrShutdownTimeout when handlers had not returned by the end of
-// ShutdownTimeout (their claims then end with their leases, and their
-// messages come back when their visibility ends). Run may be called once per
-// Worker.
+// ShutdownTimeout. Such a handler runs on in the process: its claim is
+// renewed and its message's visibility extended until it returns (or the
+// process exits), so no other worker runs its key alongside it; then its
+// claim is completed or released as usual, and its message, not acked
+// (Run has returned), comes back and is acked as a duplicate or retried.
+// Run may be called once per Worker.
 func (w *Worker) Run(ctx context.Context) error {
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -244,8 +247,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // abandon logs each message whose handler is still running after the
 // shutdown timeout, cancelled and ignoring it: Run returns without it. Its
-// claim's lease and its visibility end by themselves, and the message is
-// retried (its handler's late outcome is not acked: the deleter is closed).
+// claim and visibility are still renewed until it returns (once.Claim.Hold
+// renews past its context's end), or until the process exits; then they
+// end by themselves, and the message is retried or acked as a duplicate
+// (its handler's late outcome is not acked: the deleter is closed).
 func (w *Worker) abandon() {
 	n := 0
 	w.inFlight.Range(func(id, _ any) bool {
