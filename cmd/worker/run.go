@@ -234,7 +234,7 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "", slog.New(slog.NewJSONHandler(io.stderr, nil)))
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
