@@ -96,6 +96,29 @@ tools: spin ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or inst
 		fi; \
 	fi
 
+# govulncheck, pinned, against a vulnerability database built here from the
+# golang.org/x/vulndb module (its OSV files, indexed by its own indexdb), so
+# that only the Go module proxy is reached. VULNDB_VERSION defaults to the
+# newest; the database is kept in bin/ per version. GOTOOLCHAIN=auto honours
+# go.mod's toolchain line, the release the binary is meant to be built with.
+GOVULNCHECK_VERSION ?= v1.10.0
+INDEXDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
+VULNDB_VERSION ?= latest
+
+.PHONY: vuln
+vuln: ## Fail on a vulnerability the code reaches (govulncheck; its database built from the module proxy's golang.org/x/vulndb).
+	@set -euo pipefail; \
+	dir=$$(cd / && $(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	test -d "$$dir/data/osv" || { echo "vuln: golang.org/x/vulndb@$(VULNDB_VERSION) has no data/osv" >&2; exit 3; }; \
+	db=$(CURDIR)/$(BIN)/vulndb/$$(basename "$$dir"); \
+	if [ ! -f "$$db/index/db.json" ]; then \
+		rm -rf "$$db.tmp"; \
+		$(GO) run golang.org/x/vulndb/cmd/indexdb@$(INDEXDB_VERSION) -vulns "$$dir/data/osv" -out "$$db.tmp"; \
+		mv "$$db.tmp" "$$db"; \
+	fi; \
+	echo "vuln: database $$(basename "$$dir")"; \
+	GOTOOLCHAIN=auto $(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) -db "file://$$db" ./...
+
 .PHONY: cfn-lint
 cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
 	@command -v cfn-lint >/dev/null || { echo "cfn-lint is not installed: pip install cfn-lint" >&2; exit 3; }

@@ -185,6 +185,63 @@ def fix_sqs_fifo_receive() -> None:
     SQSBackend.receive_message = receive_message
 
 
+def sqs_dead_letter_source() -> None:
+    """Give a message SQS moves to a dead-letter queue DeadLetterQueueSourceArn,
+    and keep a queue's RedriveAllowPolicy, as SQS does.
+
+    moto moves a message to the dead-letter queue after maxReceiveCount
+    receives without saying from which queue, and neither stores nor
+    returns RedriveAllowPolicy. SQS sets the system attribute
+    DeadLetterQueueSourceArn (the source queue's ARN) on each message it
+    dead-letters, which is how `worker redrive` tells the payments queue's
+    messages from another queue's. A receive now marks the messages it is
+    about to dead-letter with their queue's ARN, and returns the attribute
+    when asked for it (by name or All).
+    """
+    try:
+        from moto.sqs.models import Queue, SQSBackend
+        from moto.sqs.responses import SQSResponse
+    except ImportError:
+        return
+    if not hasattr(SQSBackend, "receive_message") or not hasattr(SQSResponse, "receive_message"):
+        return
+    name = "DeadLetterQueueSourceArn"
+    backend_receive = SQSBackend.receive_message
+
+    def receive_message(self, queue_name, *args, **kwargs):
+        queue = self.get_queue(queue_name)
+        if queue.dead_letter_queue is not None and queue.redrive_policy:
+            for message in queue._messages:
+                if message.approximate_receive_count >= queue.redrive_policy["maxReceiveCount"]:
+                    message.system_attributes[name] = queue.queue_arn
+        return backend_receive(self, queue_name, *args, **kwargs)
+
+    SQSBackend.receive_message = receive_message
+    response_receive = SQSResponse.receive_message
+
+    def respond(self):
+        out = response_receive(self)
+        wanted = set(self._get_param("AttributeNames", []) or []) | set(
+            self._get_param("MessageSystemAttributeNames", []) or []
+        )
+        msgs = getattr(out, "result", {}).get("Messages") if hasattr(out, "result") else None
+        if not msgs or not wanted & {"All", name}:
+            return out
+        queue = self.sqs_backend.get_queue(self._get_queue_name())
+        by_id = {m.id: m for m in queue._messages}
+        for msg in msgs:
+            m = by_id.get(msg["MessageId"])
+            if m is not None and m.system_attributes.get(name):
+                msg.setdefault("Attributes", {})[name] = m.system_attributes[name]
+        return out
+
+    SQSResponse.receive_message = respond
+
+    if "RedriveAllowPolicy" not in Queue.BASE_ATTRIBUTES:
+        Queue.BASE_ATTRIBUTES.append("RedriveAllowPolicy")
+        Queue.redrive_allow_policy = None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -209,6 +266,7 @@ def main() -> int:
     speed_up_sqs_receive()
     speed_up_sqs_queue_attributes()
     fix_sqs_fifo_receive()
+    sqs_dead_letter_source()
     moto_app = DomainDispatcherApplication(create_backend_app)
     dynamo_lock = threading.Lock()
 

@@ -290,6 +290,28 @@ func deployCheckResources(t *testing.T, cfg aws.Config, r deployResources) {
 	if n, err := strconv.Atoi(strings.Trim(string(redrive.MaxReceiveCount), `"`)); err != nil || n != wantMaxReceives {
 		t.Errorf("RedrivePolicy maxReceiveCount = %s, want %d", redrive.MaxReceiveCount, wantMaxReceives)
 	}
+	// The dead-letter queue takes the queue's messages only, as in template.yaml.
+	allow, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(r.DLQURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedriveAllowPolicy},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qAttrs, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(r.QueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy struct {
+		RedrivePermission string   `json:"redrivePermission"`
+		SourceQueueArns   []string `json:"sourceQueueArns"`
+	}
+	raw := allow.Attributes[string(types.QueueAttributeNameRedriveAllowPolicy)]
+	if err := json.Unmarshal([]byte(raw), &policy); err != nil || policy.RedrivePermission != "byQueue" ||
+		!slices.Equal(policy.SourceQueueArns, []string{qAttrs.Attributes["QueueArn"]}) {
+		t.Errorf("DLQ RedriveAllowPolicy = %q, want byQueue naming only %s", raw, qAttrs.Attributes["QueueArn"])
+	}
 
 	ddb := dynamodb.NewFromConfig(cfg)
 	desc, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(r.ClaimTable)})

@@ -69,6 +69,9 @@ func TestTemplateClaimTable(t *testing.T) {
 	if !tmplBool(t, d.resolve(t, pitr["PointInTimeRecoveryEnabled"], nil)) {
 		t.Errorf("%s: point-in-time recovery is off", id)
 	}
+	if !tmplBool(t, d.resolve(t, props["DeletionProtectionEnabled"], nil)) {
+		t.Errorf("%s: DeletionProtectionEnabled is not true: a deleted table forgets every claim, and every duplicate runs again", id)
+	}
 	for _, policy := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
 		if got, _ := table[policy].(string); got != "Retain" {
 			t.Errorf("%s: %s = %q, want Retain: the table is the only record of which payments were charged", id, policy, got)
@@ -120,6 +123,51 @@ func TestTemplateQueue(t *testing.T) {
 	if dlqRetention <= retention {
 		t.Errorf("%s: retention %s is not longer than %s's %s: a dead-lettered message keeps its enqueue time and would expire on arrival",
 			dlqID, dlqRetention, queueID, retention)
+	}
+}
+
+// TestTemplateDeadLetterQueueTakesOnlyTheQueue: the dead-letter queue's
+// RedriveAllowPolicy names the function's queue alone, so that no other
+// queue in the account can dead-letter into it (and have `worker redrive`
+// move its messages into the payments queue). The queue's ARN is spelled
+// from its name: a !GetAtt would make the two queues depend on each other.
+func TestTemplateDeadLetterQueueTakesOnlyTheQueue(t *testing.T) {
+	t.Parallel()
+	d := tmplLoad(t)
+	queueID, queue := d.queue(t)
+	dlqID, dlq := d.deadLetterQueue(t, queue)
+	for _, fifo := range []string{"false", "true"} {
+		params := map[string]any{"FifoQueue": fifo}
+		name := d.eval(t, tmplMap(t, queue["Properties"])["QueueName"], params)
+		var nameSub string
+		switch n := name.(type) {
+		case map[string]any:
+			if r, ok := tmplRef(n); ok {
+				nameSub = "${" + r + "}"
+			} else {
+				nameSub, _ = n["Fn::Sub"].(string)
+			}
+		}
+		if nameSub == "" {
+			t.Fatalf("%s with FifoQueue %s: QueueName = %v, want a name the template can spell (!Ref AWS::StackName or !Sub)", queueID, fifo, name)
+		}
+		allow, ok := tmplMap(t, dlq["Properties"])["RedriveAllowPolicy"]
+		if !ok {
+			t.Fatalf("%s has no RedriveAllowPolicy: any queue in the account can dead-letter into it", dlqID)
+		}
+		policy := tmplMap(t, allow)
+		if got := policy["redrivePermission"]; got != "byQueue" {
+			t.Errorf("%s: redrivePermission = %v, want byQueue", dlqID, got)
+		}
+		srcs := tmplList(t, d.eval(t, policy["sourceQueueArns"], params))
+		want := "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:" + nameSub
+		if len(srcs) != 1 {
+			t.Fatalf("%s with FifoQueue %s: sourceQueueArns = %v, want only %s", dlqID, fifo, srcs, want)
+		}
+		got := d.eval(t, srcs[0], params)
+		if m, _ := got.(map[string]any); m == nil || m["Fn::Sub"] != want {
+			t.Errorf("%s with FifoQueue %s: sourceQueueArns = [%v], want [!Sub %q]", dlqID, fifo, got, want)
+		}
 	}
 }
 

@@ -38,7 +38,8 @@ type Charge struct {
 // Config configures a Client.
 type Config struct {
 	// BaseURL is the provider's address, such as "http://127.0.0.1:8080";
-	// charges go to BaseURL + "/v1/charges". Required.
+	// charges go to BaseURL + "/v1/charges". It must have no user info and
+	// no query; errors and logs show only its scheme and host. Required.
 	BaseURL string
 	// Timeout bounds each HTTP attempt, from sending the request to reading
 	// the whole answer. Defaults to 10s.
@@ -103,13 +104,18 @@ func (c Config) LogValue() slog.Value {
 	)
 }
 
-// redactURL hides a password in a URL's user info.
+// redactURL is what a URL may show: its scheme and host. User info, path
+// and query (where API keys are put) are dropped; a URL that does not
+// parse shows as a placeholder.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	if err != nil {
+		return "[unparsable URL]"
 	}
-	return u.Redacted()
+	if u.Scheme == "" && u.Host == "" {
+		return "[URL without scheme and host]"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func (c Config) withDefaults() Config {
@@ -141,14 +147,20 @@ func (c Config) validate() error {
 		}
 		errs = append(errs, fmt.Errorf("BaseURL is not a URL: %w", err))
 	} else {
+		// Only the scheme and host are shown: user info and a query are
+		// where credentials are put, and both are refused.
+		shown := redactURL(c.BaseURL)
 		if u.Scheme != "http" && u.Scheme != "https" {
-			errs = append(errs, fmt.Errorf("BaseURL %q: scheme must be http or https", u.Redacted()))
+			errs = append(errs, fmt.Errorf("BaseURL %q: scheme must be http or https", shown))
 		}
 		if u.Host == "" {
-			errs = append(errs, fmt.Errorf("BaseURL %q: host is missing", u.Redacted()))
+			errs = append(errs, fmt.Errorf("BaseURL %q: host is missing", shown))
 		}
-		if u.RawQuery != "" || u.Fragment != "" {
-			errs = append(errs, fmt.Errorf("BaseURL %q: must have no query or fragment", u.Redacted()))
+		if u.User != nil {
+			errs = append(errs, fmt.Errorf("BaseURL %q: must have no user info (the API key goes in APIKey)", shown))
+		}
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			errs = append(errs, fmt.Errorf("BaseURL %q: must have no query or fragment", shown))
 		}
 	}
 	if c.Timeout < 0 {
@@ -434,6 +446,11 @@ func (c *Client) send(ctx context.Context, method, url string, body []byte, key 
 }
 
 func (c *Client) transportError(ctx, actx context.Context, status int, err error) *Error {
+	// *url.Error quotes the request's whole URL: show its scheme and host.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: ue.Err}
+	}
 	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within %v: %w", c.timeout, err)
 	}

@@ -544,3 +544,62 @@ func TestNewClientValidates(t *testing.T) {
 		}
 	}
 }
+
+// A provider URL is shown as its scheme and host only: a username, a query
+// (where API keys are put) or a path never reaches an error or a log, and a
+// URL with user info or a query is refused.
+func TestProviderURLShowsSchemeAndHostOnly(t *testing.T) {
+	t.Parallel()
+	dead := serve(t, http.NotFoundHandler())
+	dead.Close()
+	host := strings.TrimPrefix(dead.URL, "http://")
+	refused := []struct{ name, url, want string }{
+		{"query", "http://" + host + "/?api_key=qsecret", "query"},
+		{"username only", "http://usersecret:@" + host, "user info"},
+		{"username and password", "http://usersecret:pwsecret@" + host, "user info"},
+		{"bad scheme with user", "ftp://usersecret:@" + host + "?api_key=qsecret", "scheme"},
+		{"no host with query", "http:///?api_key=qsecret", "host"},
+	}
+	for _, tt := range refused {
+		cfg := fastConfig(tt.url)
+		var logged bytes.Buffer
+		slog.New(slog.NewTextHandler(&logged, nil)).Info("config", slog.Any("provider", cfg))
+		shown := map[string]string{"String": cfg.String(), "slog": logged.String()}
+		c, err := provider.NewClient(cfg)
+		if err == nil {
+			c.CloseIdleConnections()
+			t.Errorf("%s: NewClient(%q) accepted it, want it refused for %s", tt.name, tt.url, tt.want)
+		} else {
+			shown["NewClient"] = err.Error()
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "BaseURL") {
+				t.Errorf("%s: error %q does not name BaseURL and %q", tt.name, err, tt.want)
+			}
+		}
+		for what, s := range shown {
+			for _, secret := range []string{"usersecret", "pwsecret", "qsecret"} {
+				if strings.Contains(s, secret) {
+					t.Errorf("%s: %s shows %q: %s", tt.name, what, secret, s)
+				}
+			}
+		}
+	}
+
+	// A transport error, and the warning when attempts run out, name the
+	// scheme and host, not the path.
+	var logged bytes.Buffer
+	cfg := fastConfig(dead.URL + "/pathsecret/")
+	cfg.MaxAttempts = 1
+	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	_, err := newClient(t, cfg).Charge(t.Context(), "k", pay("p"))
+	if err == nil {
+		t.Fatal("Charge succeeded against a closed server")
+	}
+	for what, s := range map[string]string{"error": err.Error(), "log": logged.String()} {
+		if strings.Contains(s, "pathsecret") {
+			t.Errorf("transport %s shows the path: %s", what, s)
+		}
+		if !strings.Contains(s, dead.URL) {
+			t.Errorf("transport %s does not name %s: %s", what, dead.URL, s)
+		}
+	}
+}

@@ -65,6 +65,15 @@ type Options struct {
 	// that messages dead-lettered while it runs wait for the next run.
 	// Defaults to 0: until the queue reads empty.
 	Depth int
+	// SourceARN, if set, is the ARN of the queue Move moves to: a message
+	// SQS dead-lettered from another queue (its DeadLetterQueueSourceArn
+	// names that queue) is left in the dead-letter queue, counted in
+	// Result.Foreign, so that a queue naming this dead-letter queue in its
+	// own redrive policy cannot have its messages moved into the source
+	// queue. Messages without DeadLetterQueueSourceArn were sent to the
+	// dead-letter queue directly (the worker dead-letters that way), by a
+	// principal allowed to send to it. Defaults to "": every message.
+	SourceARN string
 	// MaxBatchBytes bounds the size of one send (bodies and message
 	// attributes): a batch over SQS's limit fails whole. Defaults to
 	// 256 KiB, within every SQS limit; a larger message is sent alone.
@@ -123,6 +132,7 @@ func receive(ctx context.Context, api API, url string, n, vis int32) ([]types.Me
 		MessageAttributeNames: []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameMessageGroupId,
+			types.MessageSystemAttributeNameDeadLetterQueueSourceArn,
 		},
 	})
 	if err != nil {
@@ -137,6 +147,10 @@ type Counts struct {
 	Total int
 	// ByReason counts them by DeadLetterReason (NoReason for none).
 	ByReason map[string]int
+	// Foreign counts, by their DeadLetterQueueSourceArn, those SQS
+	// dead-lettered from a queue other than Options.SourceARN (included in
+	// Total and ByReason): Move leaves them.
+	Foreign map[string]int
 }
 
 // Reasons returns the reasons, the most frequent first.
@@ -159,7 +173,7 @@ func (c Counts) Reasons() []string {
 // as the whole queue has been seen. Nothing is sent or deleted; each message's
 // receive count goes up by one.
 func Count(ctx context.Context, api API, dlqURL string, o Options) (Counts, error) {
-	c := Counts{ByReason: map[string]int{}}
+	c := Counts{ByReason: map[string]int{}, Foreign: map[string]int{}}
 	var held []types.Message
 	seen := map[string]struct{}{}
 	defer func() { release(api, dlqURL, held) }()
@@ -183,6 +197,9 @@ func Count(ctx context.Context, api API, dlqURL string, o Options) (Counts, erro
 			}
 			seen[aws.ToString(m.MessageId)] = struct{}{}
 			c.ByReason[reasonOf(m)]++
+			if src := SourceOf(m); o.SourceARN != "" && src != "" && src != o.SourceARN {
+				c.Foreign[src]++
+			}
 			fresh++
 		}
 		if fresh == 0 {
@@ -234,6 +251,10 @@ type Result struct {
 	// Left counts messages Options.Reasons or ExcludeReasons left in the
 	// dead-letter queue, visible again when Move returns.
 	Left int
+	// Foreign counts, by their DeadLetterQueueSourceArn, the messages SQS
+	// dead-lettered from a queue other than Options.SourceARN: left in the
+	// dead-letter queue, visible again when Move returns.
+	Foreign map[string]int
 	// CameBack says that Move stopped because a message it had moved was
 	// back in the dead-letter queue (dead-lettered again while it ran).
 	CameBack bool
@@ -279,7 +300,13 @@ func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Re
 			default:
 				seen[id] = true
 				fresh++
-				if o.selects(reasonOf(m)) {
+				if src := SourceOf(m); o.SourceARN != "" && src != "" && src != o.SourceARN {
+					left[id] = m
+					if r.Foreign == nil {
+						r.Foreign = map[string]int{}
+					}
+					r.Foreign[src]++
+				} else if o.selects(reasonOf(m)) {
 					take = append(take, m)
 				} else {
 					left[id] = m
@@ -318,6 +345,13 @@ func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Re
 		}
 	}
 	return r, nil
+}
+
+// SourceOf is the ARN of the queue SQS dead-lettered m from (its
+// DeadLetterQueueSourceArn), or "" for a message sent to the dead-letter
+// queue directly.
+func SourceOf(m types.Message) string {
+	return m.Attributes[string(types.MessageSystemAttributeNameDeadLetterQueueSourceArn)]
 }
 
 // originalID is the id m first arrived with: its OriginalIDAttribute, or
@@ -446,11 +480,13 @@ func Attributes(m types.Message) map[string]types.MessageAttributeValue {
 // StartMessageMoveTask (the emulator answers an HTML 500).
 var ErrNativeUnsupported = errors.New("redrive: this SQS endpoint does not support StartMessageMoveTask")
 
-// StartNative starts SQS's move task from the dead-letter queue dlqARN back
-// to sourceARN and returns its task handle.
-func StartNative(ctx context.Context, api API, dlqARN, sourceARN string) (string, error) {
+// StartNative starts SQS's move task from the dead-letter queue dlqARN and
+// returns its task handle. It names no destination, so SQS returns each
+// message to the queue it was dead-lettered from: another queue's messages
+// go back to that queue, never to the payments queue.
+func StartNative(ctx context.Context, api API, dlqARN string) (string, error) {
 	out, err := api.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{
-		SourceArn: aws.String(dlqARN), DestinationArn: aws.String(sourceARN),
+		SourceArn: aws.String(dlqARN),
 	}, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 	if err != nil {
 		if unsupported(err) {

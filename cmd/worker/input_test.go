@@ -36,12 +36,17 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		{"http allowed explicitly", base("PROVIDER_URL", "http://provider.example", "PROVIDER_ALLOW_HTTP", "true"), ""},
 		{"concurrency over the cap", base("WORKER_CONCURRENCY", "1000000000"), "WORKER_CONCURRENCY"},
 		{"concurrency at the cap", base("WORKER_CONCURRENCY", "1000"), ""},
+		{"provider URL with a username", base("PROVIDER_URL", "https://usersecret:@provider.example"), "PROVIDER_URL"},
+		{"provider URL with a query", base("PROVIDER_URL", "https://provider.example/?api_key=qsecret"), "PROVIDER_URL"},
 	} {
 		code, _, stderr := runWorker(t, tc.env, "run")
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		refused := code == 2 && len(lines) == 1 && strings.Contains(stderr, tc.refused)
 		if tc.refused != "" && !refused {
 			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line naming %s", tc.name, code, stderr, tc.refused)
+		}
+		if strings.Contains(stderr, "usersecret") || strings.Contains(stderr, "qsecret") {
+			t.Errorf("%s: stderr %q shows a secret part of PROVIDER_URL", tc.name, stderr)
 		}
 		if tc.refused == "" && !strings.Contains(stderr, "LOG_LEVEL") {
 			t.Errorf("%s: exit %d, stderr %q; want it to pass on to LOG_LEVEL", tc.name, code, stderr)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -33,8 +35,10 @@ type tracing struct {
 }
 
 // newTracing reads the OTEL_* settings. A setting it cannot honour is a
-// usage error naming it.
-func newTracing(ctx context.Context, getenv func(string) string, lambda bool) (*tracing, error) {
+// usage error naming it. OpenTelemetry's own reports go to log, without
+// the values they carry (installOTelLogging).
+func newTracing(ctx context.Context, getenv func(string) string, lambda bool, log *slog.Logger) (*tracing, error) {
+	installOTelLogging(log)
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return &tracing{}, nil
 	}
@@ -76,6 +80,64 @@ func newTracing(ctx context.Context, getenv func(string) string, lambda bool) (*
 		sdktrace.WithBatcher(exporter, batch...),
 		sdktrace.WithResource(res),
 	)}, nil
+}
+
+// installOTelLogging routes OpenTelemetry's reports, made through its
+// process-wide logger and error handler, to log. Its logger's key-value
+// pairs are never shown, only their keys: it reports a malformed
+// OTEL_EXPORTER_OTLP_HEADERS with the header it could not parse, secret and
+// all, on stderr by default.
+func installOTelLogging(log *slog.Logger) {
+	otel.SetLogger(logr.New(otelSink{log: log}))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("opentelemetry", slog.String("error", err.Error()))
+	}))
+}
+
+// otelSink is a logr.LogSink onto slog that drops values: see installOTelLogging.
+type otelSink struct {
+	log  *slog.Logger
+	name string
+}
+
+func (s otelSink) Init(logr.RuntimeInfo) {}
+
+// Enabled keeps OpenTelemetry's errors and its warnings (level 1); its
+// info (4) and debug (8) are off, as with its own default logger.
+func (s otelSink) Enabled(level int) bool { return level < 4 }
+
+func (s otelSink) Info(_ int, msg string, kv ...any) { s.report(slog.LevelInfo, nil, msg, kv) }
+
+func (s otelSink) Error(err error, msg string, kv ...any) { s.report(slog.LevelWarn, err, msg, kv) }
+
+func (s otelSink) report(level slog.Level, err error, msg string, kv []any) {
+	var keys []string
+	for i := 0; i < len(kv); i += 2 {
+		if k, ok := kv[i].(string); ok {
+			keys = append(keys, k)
+		}
+	}
+	attrs := []slog.Attr{slog.String("otel_message", msg), slog.Any("keys", keys)}
+	if strings.Contains(msg, "header") {
+		// Its error can quote part of a header value (an escape).
+		msg = "OTEL_EXPORTER_OTLP_HEADERS is malformed: a header was left out (its value is not shown)"
+	} else if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	if s.name != "" {
+		attrs = append(attrs, slog.String("otel_logger", s.name))
+	}
+	s.log.LogAttrs(context.Background(), level, "opentelemetry: "+msg, attrs...)
+}
+
+// WithValues drops the values, as report does.
+func (s otelSink) WithValues(...any) logr.LogSink { return s }
+
+func (s otelSink) WithName(name string) logr.LogSink {
+	if s.name != "" {
+		name = s.name + "/" + name
+	}
+	return otelSink{log: s.log, name: name}
 }
 
 // TracerProvider returns the provider for worker.Config, nil when off.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -30,7 +33,7 @@ func TestTracingSettings(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			tr, err := newTracing(context.Background(), func(k string) string { return c.env[k] }, false)
+			tr, err := newTracing(context.Background(), func(k string) string { return c.env[k] }, false, slog.New(slog.DiscardHandler))
 			if c.err != "" {
 				var ue usageError
 				if !errors.As(err, &ue) || err.Error() != c.err {
@@ -47,4 +50,41 @@ func TestTracingSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMalformedOTLPHeadersNeverPrint: a malformed OTEL_EXPORTER_OTLP_HEADERS
+// (OpenTelemetry reads it from the process environment, and reports what it
+// cannot parse through its global logger) shows no header value on stderr.
+// The settings are the process's own, so it runs in a child process.
+func TestMalformedOTLPHeadersNeverPrint(t *testing.T) {
+	t.Parallel()
+	const secret = "hdrs3cr3t"
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOTLPHeadersChild$")
+	cmd.Env = append(os.Environ(), "CLAIMFIRST_OTLP_HEADERS_CHILD=1",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1",
+		// A bad escape, a pair without '=', an invalid key: each is reported.
+		"OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%zz"+secret+",x-api-key:"+secret+",bad key"+secret+"=v")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), secret) {
+		t.Errorf("stderr shows a header value:\n%s", out)
+	}
+	if !strings.Contains(string(out), "OTEL_EXPORTER_OTLP_HEADERS") {
+		t.Errorf("stderr does not say OTEL_EXPORTER_OTLP_HEADERS was malformed:\n%s", out)
+	}
+}
+
+// TestOTLPHeadersChild is TestMalformedOTLPHeadersNeverPrint's child: it
+// sets tracing up from the process environment, as `worker run` does.
+func TestOTLPHeadersChild(t *testing.T) {
+	if os.Getenv("CLAIMFIRST_OTLP_HEADERS_CHILD") != "1" {
+		t.Skip("the child of TestMalformedOTLPHeadersNeverPrint")
+	}
+	tr, err := newTracing(context.Background(), os.Getenv, false, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.shutdown(slog.New(slog.DiscardHandler))
 }

@@ -27,7 +27,8 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 	dryRun := s.fs.Bool("dry-run", false, "count the dead-letter messages per DeadLetterReason; change nothing")
 	maxN := s.fs.Int("max", 0, "move (or count) at most this many messages (0: all)")
 	native := s.fs.Bool("native", false, "use SQS's StartMessageMoveTask: faster for big queues, but it keeps DeadLetterReason, "+
-		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; falls back to the loop where unsupported")
+		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; it names no destination, so each message "+
+		"goes back to the queue SQS dead-lettered it from (another queue's to that queue; the worker's own have none, and SQS cannot move them); falls back to the loop where unsupported")
 	var reasons, excluded stringList
 	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text (repeatable; \"none\" matches those SQS moved itself)")
 	s.fs.Var(&excluded, "exclude-reason", "leave messages whose DeadLetterReason contains this text in the dead-letter queue (repeatable), e.g. \"reconcile\"")
@@ -40,6 +41,10 @@ the message attributes except DeadLetterReason, and keeping (or adding)
 OriginalMessageId so that a message_id key survives. An interrupt finishes the
 batch in flight; a crash between send and delete leaves a duplicate, which the
 claim absorbs. -dry-run counts the messages per reason and changes nothing.
+
+A message SQS dead-lettered from another queue (its DeadLetterQueueSourceArn
+names that queue: a queue that named this dead-letter queue in its own redrive
+policy) is never moved: it is left, counted and named by its source.
 
 It moves at most the messages the dead-letter queue held when it started, and
 stops when a message it moved comes back (dead-lettered again by a running
@@ -78,9 +83,14 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 	if q.DeadLetterURL == "" {
 		return fmt.Errorf("redrive: queue %s has no redrive policy, so no dead-letter queue", *queueURL)
 	}
+	srcARN, err := queueARN(ctx, api, q.URL)
+	if err != nil {
+		return err
+	}
 	depth := approximateDepth(ctx, api, q.DeadLetterURL)
 	prog := newProgress(io.stderr, depth)
-	o := redrive.Options{Max: *maxN, Progress: prog.update, Reasons: reasons.match(), ExcludeReasons: excluded.match(), Depth: max(depth, 0)}
+	o := redrive.Options{Max: *maxN, Progress: prog.update, Reasons: reasons.match(), ExcludeReasons: excluded.match(), Depth: max(depth, 0),
+		SourceARN: srcARN}
 
 	if *dryRun {
 		c, err := redrive.Count(ctx, api, q.DeadLetterURL, o)
@@ -89,6 +99,7 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 			return fmt.Errorf("redrive: dry run: %w", err)
 		}
 		fmt.Fprintf(io.stdout, "dead-letter queue %s: %d messages (dry run: nothing moved)\n", q.DeadLetterURL, c.Total)
+		printForeign(io.stdout, c.Foreign)
 		for _, cat := range reasonCategories(c.ByReason) {
 			fmt.Fprintf(io.stdout, "%6d  %s\n", cat.count, cat.name)
 			if cat.kinds > 1 {
@@ -115,6 +126,7 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 		fmt.Fprintf(io.stdout, "; left %d in the dead-letter queue (-reason, -exclude-reason)", r.Left)
 	}
 	fmt.Fprintln(io.stdout)
+	printForeign(io.stdout, r.Foreign)
 	if r.CameBack {
 		fmt.Fprintln(io.stdout, "stopped: a message it moved was dead-lettered again while it ran; read its DeadLetterReason (worker redrive -dry-run) before moving it again")
 	}
@@ -127,6 +139,22 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 	return nil
 }
 
+// printForeign names the queues other than the source whose messages SQS
+// dead-lettered into the dead-letter queue: they are never moved.
+func printForeign(w io.Writer, foreign map[string]int) {
+	n := 0
+	for _, c := range foreign {
+		n += c
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "left %d from another queue (dead-lettered there by SQS; never moved to this queue), by source:\n", n)
+	for _, src := range slices.Sorted(maps.Keys(foreign)) {
+		fmt.Fprintf(w, "%6d  %s\n", foreign[src], src)
+	}
+}
+
 // redriveNative starts SQS's move task and waits for it; done is false when
 // the endpoint has none and the loop should run instead.
 func redriveNative(ctx context.Context, api *sqs.Client, q worker.QueueInfo, io stdio, prog *progress) (done bool, err error) {
@@ -134,11 +162,7 @@ func redriveNative(ctx context.Context, api *sqs.Client, q worker.QueueInfo, io 
 	if err != nil {
 		return true, err
 	}
-	srcARN, err := queueARN(ctx, api, q.URL)
-	if err != nil {
-		return true, err
-	}
-	handle, err := redrive.StartNative(ctx, api, dlqARN, srcARN)
+	handle, err := redrive.StartNative(ctx, api, dlqARN)
 	if errors.Is(err, redrive.ErrNativeUnsupported) {
 		fmt.Fprintf(io.stderr, "worker redrive: %s; moving with the receive, send, delete loop instead\n", strings.TrimPrefix(err.Error(), "redrive: "))
 		return false, nil

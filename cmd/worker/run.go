@@ -234,7 +234,7 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "")
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "", slog.New(slog.NewJSONHandler(io.stderr, nil)))
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
@@ -351,11 +351,16 @@ func registerProviderMetrics(reg prometheus.Registerer, c *provider.Client) {
 	}
 }
 
-// checkProviderURL refuses to send an API key in clear over the network: an
-// http:// provider URL with a key must name a loopback host (the fake
+// checkProviderURL refuses user info and a query in the provider URL
+// (where credentials are put; the key belongs in PROVIDER_API_KEY), without
+// printing them, and refuses to send an API key in clear over the network:
+// an http:// provider URL with a key must name a loopback host (the fake
 // provider, a local sidecar) unless allowHTTP says otherwise.
 func checkProviderURL(raw string, hasKey, allowHTTP bool) error {
 	u, err := url.Parse(raw)
+	if err == nil && (u.User != nil || u.RawQuery != "" || u.ForceQuery) {
+		return usagef("PROVIDER_URL (-provider-url): must have no user info and no query (the API key goes in PROVIDER_API_KEY)")
+	}
 	if err != nil || u.Scheme != "http" || !hasKey || allowHTTP {
 		return nil // a URL that does not parse is provider.NewClient's to report
 	}

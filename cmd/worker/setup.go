@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,8 +86,12 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("setup: dead-letter queue ARN: %w", err)
 	}
+	dlqARN := arn.Attributes[string(types.QueueAttributeNameQueueArn)]
+	if err := allowOnlySource(ctx, sq, dlqURL, *dlq, dlqARN, *queue, io.stderr); err != nil {
+		return err
+	}
 	policy, _ := json.Marshal(map[string]string{
-		"deadLetterTargetArn": arn.Attributes[string(types.QueueAttributeNameQueueArn)],
+		"deadLetterTargetArn": dlqARN,
 		"maxReceiveCount":     strconv.Itoa(*maxReceives),
 	})
 	queueURL, err := createQueue(ctx, sq, *queue, withAttrs(fifoAttrs, map[string]string{
@@ -129,6 +134,45 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		}
 	}
 	return nil
+}
+
+// allowOnlySource gives the dead-letter queue a RedriveAllowPolicy that
+// names the source queue alone (in the dead-letter queue's account and
+// region): no other queue can then dead-letter into it, and have `worker
+// redrive` move its messages into the source queue.
+func allowOnlySource(ctx context.Context, api *sqs.Client, dlqURL, dlqName, dlqARN, source string, report io.Writer) error {
+	i := strings.LastIndex(dlqARN, ":")
+	if i < 0 {
+		return fmt.Errorf("setup: dead-letter queue ARN %q: not an ARN", dlqARN)
+	}
+	srcARN := dlqARN[:i+1] + source
+	want, _ := json.Marshal(map[string]any{"redrivePermission": "byQueue", "sourceQueueArns": []string{srcARN}})
+	name := string(types.QueueAttributeNameRedriveAllowPolicy)
+	cur, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedriveAllowPolicy},
+	})
+	if err != nil {
+		return fmt.Errorf("setup: attributes of %s: %w", dlqName, err)
+	}
+	if sameJSON(cur.Attributes[name], string(want)) {
+		return nil
+	}
+	if _, err := api.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+		QueueUrl: aws.String(dlqURL), Attributes: map[string]string{name: string(want)},
+	}); err != nil {
+		return fmt.Errorf("setup: set %s of %s: %w", name, dlqName, err)
+	}
+	fmt.Fprintf(report, "setup: dead-letter queue %s takes only %s's messages (%s)\n", dlqName, source, name)
+	return nil
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // shellQuote returns s as one POSIX shell word: as is when it is made of

@@ -56,11 +56,15 @@ ensure_queue() {
 
 # ensure_pair SOURCE DLQ [CREATE_ONLY_JSON_MEMBERS] [EXTRA_JSON_MEMBERS]
 # creates the dead-letter queue, then the source queue redriving to it, and
-# sets dlq_url and queue_url.
+# sets dlq_url and queue_url. The dead-letter queue's RedriveAllowPolicy
+# names the source queue alone: no other queue can dead-letter into it (and
+# have `worker redrive` move its messages into the source queue).
 ensure_pair() {
-	local source=$1 dlq=$2 create_only=${3:-} extra=${4:-} dlq_arn redrive
+	local source=$1 dlq=$2 create_only=${3:-} extra=${4:-} dlq_arn redrive allow
 	dlq_url=$(ensure_queue "$dlq" "{$extra\"MessageRetentionPeriod\":\"$dlq_retention\"}" "$create_only")
 	dlq_arn=$(awslocal sqs get-queue-attributes --queue-url "$dlq_url" --attribute-names QueueArn --query Attributes.QueueArn --output text)
+	allow="{\\\"redrivePermission\\\":\\\"byQueue\\\",\\\"sourceQueueArns\\\":[\\\"${dlq_arn%:*}:$source\\\"]}"
+	awslocal sqs set-queue-attributes --queue-url "$dlq_url" --attributes "{\"RedriveAllowPolicy\":\"$allow\"}" >/dev/null
 	redrive="{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":\\\"$max_receive_count\\\"}"
 	queue_url=$(ensure_queue "$source" "{$extra\"VisibilityTimeout\":\"$visibility\",\"MessageRetentionPeriod\":\"$retention\",\"RedrivePolicy\":\"$redrive\"}" "$create_only")
 }
