@@ -1,7 +1,8 @@
 // Package canned is an in-process endpoint that answers the SQS and
 // DynamoDB requests of the claim protocol at once from a canned script:
 // every receive brings up to ten new messages until a set number has been
-// handed out, every write succeeds. It exists to measure what the client
+// handed out, every write succeeds, and the start checks (the queue's
+// attributes, the claim table's description and TTL) find what they want. It exists to measure what the client
 // side costs (the SDK, the worker) without an emulator's own time. It is
 // a cost benchmark's endpoint, never a test of correctness: it checks
 // nothing.
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 )
 
 // Endpoint is the canned endpoint, an http.Handler.
@@ -41,7 +44,20 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(target, "DynamoDB_20120810."):
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		_, _ = io.WriteString(w, "{}")
+		switch strings.TrimPrefix(target, "DynamoDB_20120810.") {
+		case "DescribeTable": // the store's start check: a table keyed and expiring as the store's defaults want
+			writeJSON(w, map[string]any{"Table": map[string]any{
+				"TableName": tableName(body), "TableStatus": "ACTIVE",
+				"KeySchema":            []map[string]string{{"AttributeName": dynamo.DefaultKeyAttribute, "KeyType": "HASH"}},
+				"AttributeDefinitions": []map[string]string{{"AttributeName": dynamo.DefaultKeyAttribute, "AttributeType": "S"}},
+			}})
+		case "DescribeTimeToLive":
+			writeJSON(w, map[string]any{"TimeToLiveDescription": map[string]string{
+				"AttributeName": dynamo.DefaultTTLAttribute, "TimeToLiveStatus": "ENABLED",
+			}})
+		default: // PutItem, UpdateItem: every write succeeds
+			_, _ = io.WriteString(w, "{}")
+		}
 		return
 	case strings.HasPrefix(target, "AmazonSQS."):
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
@@ -102,6 +118,13 @@ func (e *Endpoint) take(n int) []message {
 		}
 	}
 	return msgs
+}
+
+// tableName is the TableName of a DynamoDB request body.
+func tableName(body []byte) string {
+	var in struct{ TableName string }
+	_ = json.Unmarshal(body, &in)
+	return in.TableName
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
