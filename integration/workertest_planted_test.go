@@ -97,8 +97,16 @@ func plantedFaults() []plantedFault {
 		{"RenewalBlip", "a failed renewal is taken for a lost lease", func(m *plantedDoor) {
 			m.store = func(s claimstore.Store) claimstore.Store { return renewErrorIsLossStore{s} }
 		}},
-		{"ShutdownOverrun", "renewals write nothing (the lease runs out under a running handler)", func(m *plantedDoor) {
-			m.store = func(s claimstore.Store) claimstore.Store { return noRenewStore{s} }
+		{"ShutdownOverrun", "renewals end with the handler's context (a handler abandoned at shutdown runs on without its claim)", func(m *plantedDoor) {
+			cut := new(atomic.Bool)
+			m.handler = func(h worker.Handler) worker.Handler {
+				return worker.HandlerFunc(func(ctx context.Context, msg *worker.Message) (string, error) {
+					stop := context.AfterFunc(ctx, func() { cut.Store(true) })
+					defer stop()
+					return h.Handle(ctx, msg)
+				})
+			}
+			m.store = func(s claimstore.Store) claimstore.Store { return renewsEndStore{s, cut} }
 		}},
 		{"LostAck", "completing writes nothing (the redelivery runs again)", func(m *plantedDoor) {
 			m.store = func(s claimstore.Store) claimstore.Store { return noCompleteStore{s} }
@@ -187,10 +195,20 @@ type noCompleteStore struct{ claimstore.Store }
 
 func (noCompleteStore) Complete(context.Context, claimstore.CompleteParams) error { return nil }
 
-// noRenewStore answers every Renew with success and writes nothing.
-type noRenewStore struct{ claimstore.Store }
+// renewsEndStore stops renewing once cut is set (a handler's context
+// ended): every Renew then says the lease is lost and writes nothing, so
+// the heartbeat stops, as it did when it shared the handlers' context.
+type renewsEndStore struct {
+	claimstore.Store
+	cut *atomic.Bool
+}
 
-func (noRenewStore) Renew(context.Context, claimstore.RenewParams) error { return nil }
+func (s renewsEndStore) Renew(ctx context.Context, p claimstore.RenewParams) error {
+	if s.cut.Load() {
+		return claimstore.ErrLeaseLost
+	}
+	return s.Store.Renew(ctx, p)
+}
 
 // noFingerprintStore claims every key without its fingerprint.
 type noFingerprintStore struct{ claimstore.Store }

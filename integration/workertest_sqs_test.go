@@ -56,10 +56,6 @@ func TestWorkertestSQS(t *testing.T) {
 func newLongPollDoor(t workertest.T, o workertest.Options) *door {
 	d := newDoor(t, o, longPollVisibility)
 	d.start = d.startLongPoll
-	d.absent[workertest.CompletesAfterRenewalBlip] = "known break: renewals failing with store errors for a lease make the local watchdog " +
-		"mark the lease lost, and the handler's success is neither completed nor acked (the fix, telling a local expiry from a store-confirmed loss, is under way)"
-	d.absent[workertest.NoOverlapAfterShutdown] = "known break: a handler abandoned at shutdown stops renewing its claim while it still runs, " +
-		"and the next consumer takes the key over (the fix, renewing until the handler returns, is under way)"
 	d.timing = workertest.Timing{
 		Redelivery: longPollVisibility,
 		Lease:      longPollVisibility - longPollVisibility/10, // the default margin

@@ -573,24 +573,36 @@ func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, nex
 		defer t.Stop()
 		tick = t.C
 	}
+	expired := expiry.C
 	for {
 		select {
 		case <-done:
 			return
-		case <-expiry.C:
+		case <-expired:
+			// The work's context ends, but the renewals go on while it
+			// runs: a renewal is conditioned on the acquisition, so it
+			// fails if anyone took the key over, and keeps the message
+			// (and the key) from going to another caller while this one's
+			// work, which may not heed its context at once, still runs.
 			c.expire(lose)
-			return
+			expired = nil
+			if tick == nil {
+				return
+			}
+			continue
 		case <-tick:
 		}
 		if !c.o.Now().Before(c.until) {
 			c.expire(lose)
-			return
+			expired = nil
 		}
 		if !c.beat(ctx, lose) {
 			return
 		}
 		t.Reset(c.o.RenewEvery)
-		expiry.Reset(c.until.Sub(c.o.Now()))
+		if !c.expired {
+			expiry.Reset(c.until.Sub(c.o.Now()))
+		}
 	}
 }
 
@@ -629,9 +641,14 @@ func (c *Claim) report(r Renewal) {
 }
 
 // renew extends the lease once, bounded by its current end so that a hung
-// call never keeps the watchdog from firing.
+// call never keeps the watchdog from firing; after the lease ran out on
+// this clock, by the interval between renewals.
 func (c *Claim) renew(ctx context.Context) (time.Time, error) {
-	ctx, cancel := context.WithDeadline(ctx, c.until)
+	deadline := c.until
+	if now := c.o.Now(); !deadline.After(now) {
+		deadline = now.Add(c.o.RenewEvery)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	until := c.o.Now().Add(c.o.Lease)
 	if c.o.Extend != nil {
