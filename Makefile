@@ -3,12 +3,20 @@
 
 SHELL := /bin/bash
 GO ?= go
+# go.mod's toolchain line names the Go release that builds and tests run on
+# (the one whose known vulnerabilities are fixed, see `make vuln`); auto lets
+# the go command fetch it through the module proxy where the environment
+# says GOTOOLCHAIN=local. `make test TOOLCHAIN=local` uses the installed Go.
+TOOLCHAIN ?= auto
+export GOTOOLCHAIN := $(TOOLCHAIN)
 BIN := bin
 GOLANGCI_LINT_VERSION ?= v2.15.0
 TEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 4
 EMULATOR := emulator/with-emulator.sh
 # A throwaway PostgreSQL cluster (or the user's own, when DATABASE_URL is set).
 POSTGRES := emulator/with-postgres.sh
+# A throwaway Kafka cluster (franz-go's kfake, its own process), or the user's own (KAFKA_BROKERS).
+KAFKA := emulator/with-kafka.sh
 IMAGE ?= claimfirst-worker
 # The AWS Lambda Runtime Interface Emulator, pinned; the Lambda test runs bootstrap under it.
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
@@ -36,7 +44,7 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@# -bench . -benchtime 1x: every benchmark runs once too (in the same binaries, so no second build), so one that cannot start fails here, not first under `make bench`.
-	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
+	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
 	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
 
 .PHONY: bench
@@ -100,8 +108,8 @@ tools: spin ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or inst
 # govulncheck, pinned, against a vulnerability database built here from the
 # golang.org/x/vulndb module (its OSV files, indexed by its own indexdb), so
 # that only the Go module proxy is reached. VULNDB_VERSION defaults to the
-# newest; the database is kept in bin/ per version. GOTOOLCHAIN=auto honours
-# go.mod's toolchain line, the release the binary is meant to be built with.
+# newest; the database is kept in bin/ per version. It checks the
+# toolchain go.mod names (see TOOLCHAIN).
 GOVULNCHECK_VERSION ?= v1.10.0
 INDEXDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
 VULNDB_VERSION ?= latest
@@ -118,7 +126,7 @@ vuln: ## Fail on a vulnerability the code reaches (govulncheck; its database bui
 		mv "$$db.tmp" "$$db"; \
 	fi; \
 	echo "vuln: database $$(basename "$$dir")"; \
-	GOTOOLCHAIN=auto $(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) -db "file://$$db" ./...
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) -db "file://$$db" ./...
 
 .PHONY: cfn-lint
 cfn-lint: ## Lint template.yaml with cfn-lint; errors and warnings fail.
@@ -147,6 +155,10 @@ lint: ## Run golangci-lint (installed into bin/ at the pinned version if missing
 .PHONY: demo
 demo: ## Run the experiments on the embedded defaults.
 	$(GO) run ./cmd/worker demo
+
+.PHONY: kafka
+kafka: ## Serve a throwaway Kafka cluster (kfake) on a free loopback port until Ctrl-C.
+	$(KAFKA)
 
 .PHONY: emulator
 emulator: tools ## Serve the emulator (SQS + DynamoDB) on a free loopback port until Ctrl-C; prints the exports to use it.
