@@ -283,7 +283,7 @@ func TestBadConfiguration(t *testing.T) {
 		{"missing table", []string{"CLAIM_TABLE="}, []string{"CLAIM_TABLE"}},
 		{"missing provider", []string{"PROVIDER_URL="}, []string{"PROVIDER_URL"}},
 		{"bad concurrency", []string{"WORKER_CONCURRENCY=zero"}, []string{"WORKER_CONCURRENCY (-concurrency)"}},
-		{"provider URL not a URL", []string{"PROVIDER_URL=not-a-url"}, []string{"PROVIDER_URL (-provider-url)", "not-a-url"}},
+		{"provider URL not a URL", []string{"PROVIDER_URL=not-a-url"}, []string{"PROVIDER_URL (-provider-url)", "scheme must be http or https"}},
 		{"bad duration", []string{"SHUTDOWN_TIMEOUT=10"}, []string{"SHUTDOWN_TIMEOUT"}},
 		{"bad log level", []string{"LOG_LEVEL=loud"}, []string{"LOG_LEVEL"}},
 		{"unsafe retention", []string{"CLAIM_RETENTION=1h"}, []string{"CLAIM_RETENTION", "1h0m0s", "96h0m0s", "345600"}},

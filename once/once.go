@@ -592,9 +592,13 @@ func (c *Claim) heartbeat(ctx context.Context, lose context.CancelCauseFunc, nex
 			continue
 		case <-tick:
 		}
-		if !c.o.Now().Before(c.until) {
+		if !c.expired && !c.o.Now().Before(c.until) {
+			// The lease ran out (the process stalled): end the work's
+			// context now, and renew at the next tick if it still runs.
 			c.expire(lose)
 			expired = nil
+			t.Reset(c.o.RenewEvery)
+			continue
 		}
 		if !c.beat(ctx, lose) {
 			return
