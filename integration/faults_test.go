@@ -375,7 +375,7 @@ func runOutage(t *testing.T, c outage) {
 	var poisonAt time.Time
 	for _, w := range workers {
 		for _, l := range w.logLinesContaining("poison message") {
-			rc, _ := l["receive_count"].(float64)
+			rc, _ := l["attempt"].(float64)
 			poisonReceives = append(poisonReceives, int(rc))
 			poisonAt, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
 		}
@@ -436,7 +436,7 @@ func receivesSpent(ws []*proc) string {
 	for _, w := range ws {
 		for _, l := range w.logLinesContaining("") {
 			id, _ := l["message_id"].(string)
-			rc, _ := l["receive_count"].(float64)
+			rc, _ := l["attempt"].(float64)
 			if id != "" && int(rc) > most[id] {
 				most[id] = int(rc)
 			}

@@ -338,7 +338,7 @@ type logLine struct {
 	Msg          string `json:"msg"`
 	Outcome      string `json:"outcome"`
 	Token        int64  `json:"token"`
-	ReceiveCount int    `json:"receive_count"`
+	ReceiveCount int    `json:"attempt"`
 }
 
 // logLines returns the JSON lines of a worker's log, skipping any other.

@@ -821,7 +821,7 @@ func (w *world) clients(n *node) (claimstore.Store, worker.Handler, worker.Decod
 	decoder := worker.DecoderFunc(func(m *worker.Message) error {
 		err := dec.Decode(m)
 		w.j.alias(m.Key, w.name(m))
-		w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.ReceiveCount, m.Key, errText(err))
+		w.j.event(w.name(m), n.name, "received %s receive %d key %q: decode %s", m.ID, m.Attempt, m.Key, errText(err))
 		return err
 	})
 	return store, handler, decoder

@@ -15,10 +15,10 @@ func BenchmarkProcess(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		m := &Message{ID: "m" + strconv.Itoa(i), Body: "{}", ReceiveCount: 1}
+		m := &Message{ID: "m" + strconv.Itoa(i), Body: "{}", Attempt: 1}
 		i++
-		if d := f.p.process(ctx, m, f.lease()); d.action != actAck {
-			b.Fatalf("action %v", d.action)
+		if d := f.p.process(ctx, m, f.lease()); d.Action != Ack {
+			b.Fatalf("action %v", d.Action)
 		}
 	}
 }

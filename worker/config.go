@@ -411,16 +411,21 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
-// processor returns the per-message protocol with f's settings for queue q
-// (maxHold: the longest delay between in-process retries; none in Lambda).
-func (f *Protocol) processor(log *slog.Logger, q QueueInfo, maxHold time.Duration) *processor {
-	return &processor{
+// engine returns the per-message protocol with f's settings (defaults
+// filled in) for the broker o describes, logging to log.
+func (f *Protocol) engine(log *slog.Logger, o EngineOptions) *Engine {
+	s := newSchedule(f.MinRetryBackoff, f.MaxRetryBackoff, f.OutageCover, o.MaxAttempts)
+	s.limit = o.MaxDelay
+	e := &Engine{processor{
 		store: f.Store, handler: f.Handler, decoder: f.Decoder, owner: f.Owner,
-		retention: f.Retention, minBackoff: f.MinRetryBackoff, maxHold: maxHold,
-		schedule:   newSchedule(f.MinRetryBackoff, f.MaxRetryBackoff, f.OutageCover, q.MaxReceiveCount),
-		deferSlack: time.Second, metrics: f.Metrics, log: log, now: f.Now,
-		tracer: newTracer(f.TracerProvider), onReplay: f.OnReplay,
+		retention: f.Retention, minBackoff: f.MinRetryBackoff, maxHold: o.MaxHoldBackoff,
+		schedule: s, deferSlack: time.Second, metrics: f.Metrics, log: log, now: f.Now,
+		tracer: newTracer(f.TracerProvider), onReplay: f.OnReplay, system: o.System, skew: o.Clock,
+	}}
+	if o.BreakerThreshold > 0 {
+		e.breaker = newBreaker(o.BreakerThreshold, f.Metrics, log, f.Now)
 	}
+	return e
 }
 
 // DefaultOwner names this process: host, pid and a random suffix.

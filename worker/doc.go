@@ -42,6 +42,17 @@
 // passed. A message a cut-short long poll took is neither processed nor
 // lost: it becomes visible again when its visibility timeout ends.
 //
+// # The protocol and its transports
+//
+// The per-message protocol is Engine: decode, key, claim, hold and renew,
+// run the handler, complete or release, and choose the Disposition (ack,
+// return after a delay, dead-letter with a reason, leave). It knows no
+// broker. A transport (Worker, the SQS long poll; Lambda, the adapter for
+// SQS events) receives, fills each Message's broker-neutral fields
+// (Attempt, FirstReceived, Redelivered, Native) and its Hold, calls
+// Engine.Process, and carries out the Disposition (Disposition.Settle).
+// Package workertest is the contract every transport passes.
+//
 // # FIFO queues
 //
 // A FIFO queue (its FifoQueue attribute, or a Lambda event source ARN ending

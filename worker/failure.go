@@ -75,17 +75,18 @@ func retryAfterOf(err error) time.Duration {
 	return 0
 }
 
-// schedule is the visibility delay after each failed receive, sized so that
-// the receives a message has before SQS moves it to the dead-letter queue
-// span at least an outage of cover: delays grow geometrically from min,
-// each at most max.
+// schedule is the delay before a failed delivery comes back, by attempt,
+// sized so that the attempts a message has before its broker dead-letters
+// it by itself span at least an outage of cover: delays grow geometrically
+// from min, each at most max.
 type schedule struct {
-	delays []time.Duration // delays[r-1] follows the r-th receive; the last repeats
-	covers time.Duration   // what the receives left after the first span in all
+	delays []time.Duration // delays[r-1] follows the r-th attempt; the last repeats
+	covers time.Duration   // what the attempts left after the first span in all
+	limit  time.Duration   // the broker's longest delay (EngineOptions.MaxDelay); 0: none
 }
 
-// newSchedule sizes the delays for a queue whose redrive policy moves a
-// message after maxReceive receives (0: never).
+// newSchedule sizes the delays for a broker that dead-letters a message
+// after maxReceive attempts (0: never).
 func newSchedule(minD, maxD, cover time.Duration, maxReceive int) schedule {
 	if maxReceive <= 0 {
 		// No dead-letter queue: nothing is lost by waiting, so back off by
@@ -147,18 +148,21 @@ func newSchedule(minD, maxD, cover time.Duration, maxReceive int) schedule {
 	return schedule{delays: ds, covers: total}
 }
 
-// delay returns the visibility delay after the receiveCount-th receive
-// failed, with jitter that only lengthens it (up to a quarter), so the
-// schedule still covers what it was sized for.
-func (s schedule) delay(receiveCount int) time.Duration {
+// delay returns the delay after the attempt-th delivery failed, with
+// jitter that only lengthens it (up to a quarter), so the schedule still
+// covers what it was sized for, within the broker's limit.
+func (s schedule) delay(attempt int) time.Duration {
 	if len(s.delays) == 0 {
 		return 0
 	}
-	d := s.delays[min(max(receiveCount, 1), len(s.delays))-1]
+	d := s.delays[min(max(attempt, 1), len(s.delays))-1]
 	if q := d / 4; q > 0 {
 		d += rand.N(q + 1)
 	}
-	return min(d, MaxVisibility-time.Second)
+	if s.limit > 0 {
+		d = min(d, s.limit)
+	}
+	return d
 }
 
 // A nil *breaker is none: it never opens (Lambda: the event source mapping

@@ -148,13 +148,13 @@ func runGroups(runs [][]int, limit int, start func(i int) bool, skip func(stoppe
 
 // blockCause names why a FIFO group stopped after a message with action a:
 // the cause label of claimfirst_fifo_groups_blocked_total.
-func blockCause(a action) string {
+func blockCause(a Action) string {
 	switch a {
-	case actDefer:
+	case Defer:
 		return "held_elsewhere"
-	case actLeave:
+	case Leave:
 		return "lease_lost"
-	case actDeadLetter:
+	case DeadLetter:
 		return "dead_letter_failed"
 	default:
 		return "failed"
@@ -214,7 +214,7 @@ func (t *transport) runInOrder(group []*sqsDelivery) {
 		}
 		disp, done := t.deliver(d)
 		if !done {
-			cause = blockCause(disp.action)
+			cause = blockCause(disp.Action)
 		}
 		return done
 	}, func(stopped int, rest []int) {

@@ -52,8 +52,8 @@ func (f *fixture) schedule(b fifoBatch, limit int) []string {
 	var skipped []string
 	runs := groupRuns(len(b.ids), true, func(i int) string { return b.groups[i] })
 	runGroups(runs, limit, func(i int) bool {
-		d := f.p.process(context.Background(), &Message{ID: b.ids[i], Body: "{}", ReceiveCount: 1}, f.lease())
-		return d.action == actAck || d.action == actDeadLetter
+		d := f.p.process(context.Background(), &Message{ID: b.ids[i], Body: "{}", Attempt: 1}, f.lease())
+		return d.Action == Ack || d.Action == DeadLetter
 	}, func(_ int, rest []int) {
 		mu.Lock()
 		defer mu.Unlock()

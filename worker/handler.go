@@ -10,23 +10,31 @@ import (
 	"github.com/claimfirst/claimfirst/once"
 )
 
-// Message is one delivery of an SQS message as the decoder and the handler
-// see it.
+// Message is one delivery of a message as the decoder and the handler see
+// it: the same for every transport.
 type Message struct {
-	// ID is the SQS message id (each delivery of one message has the same id;
-	// a producer's retry is a new message with a new id).
+	// ID is the broker's message id (each delivery of one message has the
+	// same id; a producer's retry is a new message with a new id).
 	ID string
 	// Body is the raw message body.
 	Body string
 	// Attributes holds the message attributes with string or number values.
 	Attributes map[string]string
-	// ReceiveCount is SQS's ApproximateReceiveCount: 1 at the first delivery.
-	ReceiveCount int
-	// AWSTraceHeader is SQS's AWSTraceHeader system attribute (an X-Ray
-	// trace header, "Root=1-...;Parent=...;Sampled=1"), if the producer
-	// sent one: the message's span continues that trace when the message
-	// carries no traceparent attribute.
-	AWSTraceHeader string
+	// Attempt is which delivery of the message this is: 1 at the first (SQS:
+	// its ApproximateReceiveCount).
+	Attempt int
+	// FirstReceived is when the broker first delivered the message (SQS:
+	// its ApproximateFirstReceiveTimestamp); zero if the broker does not say.
+	FirstReceived time.Time
+	// Redelivered hints that the message was delivered before (Attempt > 1
+	// on SQS). A hint: a first delivery may also be a producer's retry.
+	Redelivered bool
+	// Native is the broker's own record of the delivery, reachable for
+	// those who need it: *types.Message (package
+	// github.com/aws/aws-sdk-go-v2/service/sqs/types) from the long-poll
+	// transport, *events.SQSMessage (github.com/aws/aws-lambda-go/events)
+	// from the Lambda adapter; nil where there is none.
+	Native any
 
 	// Envelope names the envelopes the body was taken out of before
 	// decoding ("sns", "eventbridge", "eventbridge+sns"; see

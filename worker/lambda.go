@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -57,7 +56,7 @@ const DefaultLambdaConcurrency = 10
 type Lambda struct {
 	cfg   LambdaConfig
 	queue QueueInfo
-	proc  *processor
+	proc  *Engine
 	log   *slog.Logger
 	emf   *emf
 }
@@ -104,10 +103,10 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		return nil, err
 	}
 	l := &Lambda{cfg: cfg, log: cfg.Logger}
-	var skew *clockSkew
+	var skew *ClockCheck
 	if cfg.QueueURL != "" {
-		skew = newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
-		cfg.SQS = skew.measure(cfg.SQS)
+		skew = NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
+		cfg.SQS = measureSQS(skew, cfg.SQS)
 		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
@@ -124,8 +123,9 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	l.proc = l.cfg.processor(l.log, l.queue, 0)
-	l.proc.skew = skew
+	l.proc = l.cfg.engine(l.log, EngineOptions{
+		System: sqsSystem, MaxAttempts: l.queue.MaxReceiveCount, MaxDelay: MaxVisibility - time.Second, Clock: skew,
+	})
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
 }
@@ -163,7 +163,7 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	// FIFO: a group's records one at a time, in order (see fifo.go).
 	fifo := fifoEvent(ev) || l.queue.FIFO
 	runs := groupRuns(len(ev.Records), fifo, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
-	causes := make([]action, len(ev.Records))
+	causes := make([]Action, len(ev.Records))
 	runGroups(runs, l.cfg.Concurrency, func(i int) bool {
 		r := &ev.Records[i]
 		done, act := l.record(ctx, r, deadline, fifo)
@@ -211,21 +211,21 @@ func (l *Lambda) Queue() QueueInfo { return l.queue }
 
 // record processes one record and reports whether it is done, and what was
 // decided for it.
-func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time, fifo bool) (bool, action) {
-	rc, _ := strconv.Atoi(r.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	m := &Message{ID: r.MessageId, Body: r.Body, ReceiveCount: max(rc, 1),
-		AWSTraceHeader: r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)]}
+func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time, fifo bool) (bool, Action) {
+	var attrs map[string]string
 	if len(r.MessageAttributes) > 0 {
-		m.Attributes = make(map[string]string, len(r.MessageAttributes))
+		attrs = make(map[string]string, len(r.MessageAttributes))
 		for k, v := range r.MessageAttributes {
 			if v.StringValue != nil {
-				m.Attributes[k] = *v.StringValue
+				attrs[k] = *v.StringValue
 			}
 		}
 	}
+	m := sqsMessage(r.MessageId, r.Body, attrs, r.Attributes, r)
 	until := deadline.Add(-l.cfg.LeaseMargin)
-	disp := l.proc.process(ctx, m, lease{until: until, deadline: until, fifo: fifo})
-	return act(disp, lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.action
+	hctx := l.proc.withTraceHeader(ctx, r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)])
+	disp := l.proc.Process(hctx, &m, Hold{Until: until, Deadline: until, Ordered: fifo})
+	return disp.Settle(lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.Action
 }
 
 // lambdaRecord carries out a record's disposition: the event source
@@ -238,9 +238,9 @@ type lambdaRecord struct {
 	log *slog.Logger
 }
 
-func (lr lambdaRecord) ack() {}
+func (lr lambdaRecord) Ack() {}
 
-func (lr lambdaRecord) returnAfter(delay time.Duration) {
+func (lr lambdaRecord) ReturnAfter(delay time.Duration) {
 	l := lr.l
 	if l.cfg.SQS == nil || l.cfg.QueueURL == "" {
 		return // reported: it comes back when its visibility ends
@@ -250,7 +250,7 @@ func (lr lambdaRecord) returnAfter(delay time.Duration) {
 	}
 }
 
-func (lr lambdaRecord) deadLetter(reason string) bool {
+func (lr lambdaRecord) DeadLetter(reason string) bool {
 	l, r := lr.l, lr.r
 	dl := deadLetter{
 		body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,

@@ -27,11 +27,11 @@ func TestProcessResultTooLarge(t *testing.T) {
 		return big, nil
 	}))
 	ctx := context.Background()
-	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 1}, f.lease()); d.action != actAck {
-		t.Fatalf("first delivery: %v, want ack", d.action)
+	if d := f.p.process(ctx, &Message{ID: "a", Attempt: 1}, f.lease()); d.Action != Ack {
+		t.Fatalf("first delivery: %v, want ack", d.Action)
 	}
-	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 2}, f.lease()); d.action != actAck {
-		t.Fatalf("redelivery: %v, want ack", d.action)
+	if d := f.p.process(ctx, &Message{ID: "a", Attempt: 2}, f.lease()); d.Action != Ack {
+		t.Fatalf("redelivery: %v, want ack", d.Action)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
@@ -77,8 +77,8 @@ func TestDuplicateLogCapsTheResult(t *testing.T) {
 	f.p.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	ctx := context.Background()
 	for rc := 1; rc <= 2; rc++ {
-		if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: rc}, f.lease()); d.action != actAck {
-			t.Fatalf("delivery %d: %v, want ack", rc, d.action)
+		if d := f.p.process(ctx, &Message{ID: "a", Attempt: rc}, f.lease()); d.Action != Ack {
+			t.Fatalf("delivery %d: %v, want ack", rc, d.Action)
 		}
 	}
 	var dup map[string]any
@@ -126,7 +126,7 @@ func TestValueHandlerResultThatDoesNotEncodeRunsOnce(t *testing.T) {
 			}
 			ctx := context.Background()
 			for rc := 1; rc <= 2; rc++ {
-				if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: rc}, l); d.action != actAck {
+				if d := f.p.process(ctx, &Message{ID: "a", Attempt: rc}, l); d.Action != Ack {
 					t.Fatalf("delivery %d: %+v, want ack", rc, d)
 				}
 			}

@@ -57,7 +57,7 @@ func TestMetricsLabels(t *testing.T) {
 	}))
 	f.p.now, f.p.minBackoff, f.p.maxHold = time.Now, 10*time.Millisecond, 20*time.Millisecond
 	f.p.store = memory.New(memory.Config{})
-	f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
+	f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, holdingLease(make(chan struct{})))
 	if got := counterValue(f.metrics.retries.WithLabelValues("handler")); got != 1 {
 		t.Errorf(`retries{dependency="handler"} = %v, want 1 (retries{""} = %v)`, got, counterValue(f.metrics.retries.WithLabelValues("")))
 	}

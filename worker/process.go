@@ -17,73 +17,91 @@ import (
 	"github.com/claimfirst/claimfirst/once"
 )
 
-// action is what the transport does with a message after processing.
-type action int
+// Action is what a transport does with a delivery after the protocol ran.
+type Action int
 
+// The actions of a Disposition.
 const (
-	actAck        action = iota + 1 // delete it: done or duplicate
-	actRetry                        // make it visible again after delay
-	actDefer                        // held elsewhere: make it visible when the holder's lease ends
-	actDeadLetter                   // move it to the dead-letter queue with reason
-	actLeave                        // touch nothing: the lease was lost or the outcome is unknown
+	// Ack takes the delivery off the broker: done, or a duplicate.
+	Ack Action = iota + 1
+	// Retry returns the delivery to the broker, to come back after Delay.
+	Retry
+	// Defer returns the delivery to come back after Delay, when the lease
+	// of the holder of its key ends (held elsewhere).
+	Defer
+	// DeadLetter moves the delivery to the dead letters with Reason.
+	DeadLetter
+	// Leave touches nothing: the lease was lost or the outcome is unknown,
+	// and the broker's own hold ends by itself.
+	Leave
 )
 
-func (a action) String() string {
+func (a Action) String() string {
 	switch a {
-	case actAck:
+	case Ack:
 		return "ack"
-	case actRetry:
+	case Retry:
 		return "retry"
-	case actDefer:
+	case Defer:
 		return "defer"
-	case actDeadLetter:
+	case DeadLetter:
 		return "dead_letter"
-	case actLeave:
+	case Leave:
 		return "leave"
 	default:
 		return fmt.Sprintf("action(%d)", int(a))
 	}
 }
 
-// disposition is the result of processing one delivery.
-type disposition struct {
-	action action
-	delay  time.Duration // actRetry, actDefer
-	reason string        // actDeadLetter
+// Disposition is the result of processing one delivery: what the
+// transport does with it. Engine.Process is the one place that decides it
+// (the settle table in docs/protocol.md, "Settling a delivery").
+type Disposition struct {
+	Action Action
+	Delay  time.Duration // Retry, Defer
+	Reason string        // DeadLetter
 }
 
 // storeCallTimeout bounds a completion or release, which outlive the
 // handler's context: a hung call must not hold the message forever.
 const storeCallTimeout = 10 * time.Second
 
-// lease describes how long a delivery's claim may be held and how to extend it.
-type lease struct {
-	// until is when the first lease ends: the visibility timeout's end minus
-	// the safety margin, or the Lambda invocation's deadline.
-	until time.Time
-	// deadline is when the handler's context ends whatever happens (SQS's
-	// 12-hour cap on invisibility, or the invocation's deadline).
-	deadline time.Time
-	// interval between heartbeats; zero disables them (Lambda).
-	interval time.Duration
-	// renewAt is when the first heartbeat is due: interval after the
-	// lease began (the receipt), not after the handler starts, so a claim
+// Hold describes the broker's hold on a delivery: how long its claim may
+// be held and how to extend it. A transport fills it for each delivery.
+type Hold struct {
+	// Until is when the first lease ends: the end of the broker's hold (a
+	// visibility timeout, an invocation's deadline) less a safety margin.
+	Until time.Time
+	// Deadline is when the handler's context ends whatever happens (the
+	// broker's cap on a hold); zero: none.
+	Deadline time.Time
+	// Interval between heartbeats; zero disables them.
+	Interval time.Duration
+	// RenewAt is when the first heartbeat is due: Interval after the
+	// hold began (the receipt), not after the handler starts, so a claim
 	// that took long to win is renewed before its handler runs.
-	renewAt time.Time
-	// extend pushes the message's visibility and returns the new lease end
-	// to renew the claim to; nil disables heartbeats.
-	extend func(ctx context.Context) (time.Time, error)
-	// stop is closed when the worker stops receiving: a held message is
-	// returned to the queue then rather than retried in process. Nil (Lambda)
-	// or probe set: failures are never held, the message goes back at once.
-	stop <-chan struct{}
-	// probe marks the breaker's probe message: it must answer quickly
+	RenewAt time.Time
+	// Extend pushes the broker's hold and returns the new lease end to
+	// renew the claim to (zero: it cannot be pushed further); nil disables
+	// heartbeats and holding.
+	Extend func(ctx context.Context) (time.Time, error)
+	// Stop is closed when the transport stops receiving: a held delivery
+	// is returned then rather than retried in process. Nil: failures are
+	// never held, the delivery goes back at once.
+	Stop <-chan struct{}
+	// Probe marks the breaker's probe delivery: it must answer quickly
 	// whether the dependency is back, so it is not held.
-	probe bool
-	// holdUntil is how long the message may be held retrying in process.
-	holdUntil time.Time
-	// fifo marks a message of a FIFO queue (see failures).
-	fifo bool
+	Probe bool
+	// HoldUntil is how long the delivery may be held retrying in process.
+	HoldUntil time.Time
+	// Ordered marks a delivery the broker hands out in order behind others
+	// (an SQS FIFO group): see failures.
+	Ordered bool
+}
+
+// lease is a delivery's Hold as the protocol tracks it.
+type lease struct {
+	Hold
 	// acq is the acquisition id the delivery claims its key with, the same
 	// for every in-process retry: a retry then finds a try whose answer was
 	// lost (applied, the connection cut) as its own claim, not as one held
@@ -92,64 +110,145 @@ type lease struct {
 }
 
 // canHold reports whether a failure at now may be retried in process: the
-// message's visibility can be extended, the worker is not stopping, and the
+// broker's hold can be extended, the transport is not stopping, and the
 // hold has time left.
 func (l *lease) canHold(now time.Time) bool {
-	if l.extend == nil || l.stop == nil || l.probe || !now.Before(l.holdUntil) {
+	if l.Extend == nil || l.Stop == nil || l.Probe || !now.Before(l.HoldUntil) {
 		return false
 	}
 	select {
-	case <-l.stop:
+	case <-l.Stop:
 		return false
 	default:
 		return true
 	}
 }
 
-// actor carries out a disposition the way its transport can: the
-// long-poll transport (queuedDelivery) and the Lambda adapter (lambdaRecord)
-// differ in how, not in what.
-type actor interface {
-	// ack takes the message off the queue (the Lambda: by not reporting it).
-	ack()
-	// returnAfter makes the message visible again after delay.
-	returnAfter(delay time.Duration)
-	// deadLetter moves the message to the dead-letter queue with reason
-	// and reports whether it is off the source queue.
-	deadLetter(reason string) bool
+// Settler carries out a disposition the way its transport can: the
+// long-poll transport and the Lambda adapter differ in how, not in what.
+type Settler interface {
+	// Ack takes the delivery off the broker (the Lambda: by not reporting it).
+	Ack()
+	// ReturnAfter makes the delivery come back after delay.
+	ReturnAfter(delay time.Duration)
+	// DeadLetter moves the delivery to the dead letters with reason and
+	// reports whether it is off the broker.
+	DeadLetter(reason string) bool
 }
 
-// act carries out disp with a and reports whether the message is done: off
-// the queue, acked or dead-lettered. A message left alone (its lease lost,
-// its outcome unknown) comes back when its visibility ends.
-func act(disp disposition, a actor) bool {
-	switch disp.action {
-	case actAck:
-		a.ack()
+// Settle carries out d with s and reports whether the delivery is done:
+// off the broker, acked or dead-lettered. A delivery left alone (its lease
+// lost, its outcome unknown) comes back when the broker's hold ends.
+func (d Disposition) Settle(s Settler) bool {
+	switch d.Action {
+	case Ack:
+		s.Ack()
 		return true
-	case actRetry, actDefer:
-		a.returnAfter(disp.delay)
-	case actDeadLetter:
-		return a.deadLetter(disp.reason)
+	case Retry, Defer:
+		s.ReturnAfter(d.Delay)
+	case DeadLetter:
+		return s.DeadLetter(d.Reason)
 	}
 	return false
 }
 
-// processor is the per-message protocol shared by the long-polling worker and
-// the Lambda adapter: decode, claim, handle with heartbeats, then complete,
-// release or dead-letter. It decides; the transport acts.
+// Engine is the per-message protocol a transport drives: decode, key,
+// fingerprint, acquire, hold and renew, run the handler, complete or
+// release, classify the failure, and choose the Disposition. It knows no
+// broker: what it needs from one comes in the Message (Attempt, ...), the
+// Hold and EngineOptions. Safe for concurrent use.
+type Engine struct {
+	processor
+}
+
+// EngineOptions is what a transport tells the protocol about its broker.
+type EngineOptions struct {
+	// System names the broker in the message spans' messaging.system
+	// ("aws_sqs"). Defaults to "".
+	System string
+	// MaxAttempts is how many deliveries of a message the broker makes
+	// before it dead-letters it by itself (SQS: the redrive policy's
+	// maxReceiveCount); the delays of Retry are sized so that the attempts
+	// left span Protocol.OutageCover. Zero: the broker never does, and the
+	// delays double up to MaxRetryBackoff. Defaults to 0.
+	MaxAttempts int
+	// MaxDelay is the longest the broker can keep a returned delivery
+	// away; zero: no limit. Defaults to 0.
+	MaxDelay time.Duration
+	// MaxHoldBackoff caps the delay between in-process retries of a held
+	// delivery (see Hold.Extend). Defaults to 0.
+	MaxHoldBackoff time.Duration
+	// BreakerThreshold is how many dependency failures in a row, with no
+	// delivery completed between them, open the breaker (Engine.Health).
+	// Zero: no breaker. Defaults to 0.
+	BreakerThreshold int
+	// Clock, if set, is the clock check the transport feeds with its
+	// broker's answers (ClockCheck.Observe): while it finds this clock off
+	// the broker's, deliveries are returned unclaimed. Defaults to nil: none.
+	Clock *ClockCheck
+}
+
+// NewEngine returns the protocol configured by p, with p's defaults
+// filled in, for a transport whose broker is described by o. A bad
+// configuration is an error wrapping ErrConfig.
+func NewEngine(p Protocol, o EngineOptions) (*Engine, error) {
+	p.setDefaults()
+	var errs []error
+	if p.Store == nil {
+		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
+	}
+	if p.Handler == nil {
+		errs = append(errs, &FieldError{Field: "Handler", Problem: "is required"})
+	}
+	if p.Retention <= 0 {
+		errs = append(errs, &FieldError{Field: "Retention", Problem: "is required"})
+	}
+	if p.MaxRetryBackoff < p.MinRetryBackoff {
+		errs = append(errs, fieldErr("MaxRetryBackoff", p.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", p.MinRetryBackoff))
+	}
+	if err := joinConfig(errs); err != nil {
+		return nil, err
+	}
+	return p.engine(p.Logger, o), nil
+}
+
+// Process runs the protocol for m, held by the broker as h, and returns
+// what the transport does with it. ctx is the handlers' context: it is not
+// cancelled when the transport stops receiving, only when in-flight work
+// must end.
+func (e *Engine) Process(ctx context.Context, m *Message, h Hold) Disposition {
+	return e.process(ctx, m, h)
+}
+
+// Health returns nil while the engine claims normally, and an error naming
+// the dependency and its last failure while the breaker is open, or the
+// clock check's finding while this clock is off the broker's.
+func (e *Engine) Health() error {
+	if err := e.skew.err(); err != nil {
+		return err
+	}
+	if open, dep, reason := e.breaker.state(); open {
+		return fmt.Errorf("breaker open: %s keeps failing: %s", dep, reason)
+	}
+	return nil
+}
+
+// processor is the per-message protocol (Engine's): decode, claim, handle
+// with heartbeats, then complete, release or dead-letter. It decides; the
+// transport acts.
 type processor struct {
 	store      claimstore.Store
 	handler    Handler
 	decoder    Decoder
 	owner      string
 	retention  time.Duration
-	schedule   schedule      // visibility delays after failed receives
+	schedule   schedule      // delays of Retry, by attempt
 	minBackoff time.Duration // first in-process retry's delay
 	maxHold    time.Duration // longest delay between in-process retries
 	deferSlack time.Duration
-	breaker    *breaker   // nil: none (Lambda)
-	skew       *clockSkew // nil: no clock check
+	breaker    *breaker    // nil: none (Lambda)
+	skew       *ClockCheck // nil: no clock check
+	system     string      // messaging.system of the spans
 	metrics    *Metrics
 	tracer     trace.Tracer // nil: no spans
 	log        *slog.Logger
@@ -159,26 +258,28 @@ type processor struct {
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
 // cancelled when the worker stops receiving, only when in-flight work must end.
-func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disposition) {
+func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Disposition) {
+	l := lease{Hold: h}
 	ctx, span := p.startMessage(ctx, m)
 	defer func() { endMessage(span, m, disp) }()
-	log := p.log.With(slog.String("message_id", m.ID), slog.Int("receive_count", m.ReceiveCount))
+	log := p.log.With(slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
 	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
 	}
 	log = log.With(slog.String("idempotency_key", m.Key))
 
 	if err := p.skew.err(); err != nil {
-		// Logged once when it began (clockSkew.observe); claim nothing.
+		// Logged once when it began (ClockCheck.Observe); claim nothing.
 		p.metrics.record(log, slog.LevelDebug, OutcomeClockSkew, "not claiming: clock skew; returning the message", slog.Any("error", err))
-		return disposition{action: actRetry, delay: skewRetryDelay}
+		return Disposition{Action: Retry, Delay: skewRetryDelay}
 	}
 	now := p.now()
-	if !l.until.After(now) {
+	if !l.Until.After(now) {
 		// The message sat too long before processing: its lease would already
-		// be over. Let SQS redeliver it at once rather than race the redelivery.
+		// be over. Let the broker redeliver it at once rather than race the
+		// redelivery.
 		log.Warn("lease ended before processing started; returning message")
-		return disposition{action: actRetry}
+		return Disposition{Action: Retry}
 	}
 	acq, err := p.acquire(ctx, log, m, &l)
 	now = p.now()
@@ -187,7 +288,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		return p.poison(log, Permanent("invalid idempotency key", err))
 	case err != nil:
 		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "acquire failed; the message will be retried", slog.Any("error", err))
-		return disposition{action: actRetry, delay: p.schedule.delay(m.ReceiveCount)}
+		return Disposition{Action: Retry, Delay: p.schedule.delay(m.Attempt)}
 	}
 	switch acq.outcome {
 	case claimstore.KeyReused:
@@ -204,23 +305,23 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 			p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed, its result not stored: it did not encode",
 				slog.Int64("token", acq.replay.Token), slog.String("result_type", acq.notEncoded.Type), slog.String("reason", acq.notEncoded.Reason),
 				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
-			return disposition{action: actAck}
+			return Disposition{Action: Ack}
 		}
 		if acq.notStored != nil {
 			p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed, its result too large to have been stored",
 				slog.Int64("token", acq.replay.Token), slog.Int("result_bytes", acq.notStored.Size), slog.String("result_sha256", acq.notStored.SHA256),
 				slog.Bool("replayed", true), slog.String("replay_source", r.Source))
-			return disposition{action: actAck}
+			return Disposition{Action: Ack}
 		}
 		attrs := append(resultAttrs(acq.replay.Value), slog.Int64("token", acq.replay.Token),
 			slog.Bool("replayed", true), slog.String("replay_source", r.Source))
 		p.metrics.record(log, slog.LevelInfo, OutcomeDuplicate, "duplicate: key already completed", attrs...)
-		return disposition{action: actAck}
+		return Disposition{Action: Ack}
 	case claimstore.HeldElsewhere:
 		wait := acq.held.Until.Sub(now) + p.deferSlack
 		p.metrics.record(log, slog.LevelInfo, OutcomeDeferred, "deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
 			slog.Int64("token", acq.held.Token), slog.Duration("visible_in", wait))
-		return disposition{action: actDefer, delay: wait}
+		return Disposition{Action: Defer, Delay: wait}
 	}
 
 	c := acq.claim
@@ -230,7 +331,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	result, herr, lost := p.handle(ctx, log, m, c, &l)
 	if lost {
 		p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost while handling: not completing, not acking")
-		return disposition{action: actLeave}
+		return Disposition{Action: Leave}
 	}
 	unencoded := notEncoded(herr)
 	if unencoded != nil {
@@ -246,7 +347,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		p.breaker.success()
 		p.metrics.record(log, slog.LevelWarn, OutcomeCompleted, "completed without its result: it does not encode",
 			slog.String("result_type", unencoded.Type), slog.String("reason", unencoded.Reason))
-		return disposition{action: actAck}
+		return Disposition{Action: Ack}
 	}
 	var notStored *once.ResultTooLargeError
 	if herr == nil && errors.As(err, &notStored) {
@@ -256,29 +357,29 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		p.breaker.success()
 		p.metrics.record(log, slog.LevelWarn, OutcomeCompleted, "completed without its result: too large to store", slog.Int("result_bytes", notStored.Size),
 			slog.String("result_sha256", notStored.SHA256), slog.Int("max_result_bytes", claimstore.MaxResultBytes))
-		return disposition{action: actAck}
+		return Disposition{Action: Ack}
 	}
 	if herr == nil {
 		switch {
 		case errors.Is(err, once.ErrLeaseLost):
 			p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost at completion: a later holder owns the key; not acking", slog.Any("error", err))
-			return disposition{action: actLeave}
+			return Disposition{Action: Leave}
 		case err != nil:
 			// The outcome is unknown. The message and the lease expire
 			// together; the redelivery finds the claim completed or takes over.
 			p.metrics.record(log, slog.LevelError, OutcomeStoreError, "complete failed; leaving the message to redeliver", slog.Any("error", err))
-			return disposition{action: actLeave}
+			return Disposition{Action: Leave}
 		}
 		p.breaker.success()
 		p.metrics.record(log, slog.LevelInfo, OutcomeCompleted, "completed", resultAttrs(result)...)
-		return disposition{action: actAck}
+		return Disposition{Action: Ack}
 	}
 
-	delay := max(p.schedule.delay(failures(m, c, l.fifo)), retryAfterOf(herr))
+	delay := max(p.schedule.delay(failures(m, c, l.Ordered)), retryAfterOf(herr))
 	if rerr := c.Release(ctx, herr.Error()); rerr != nil {
 		if errors.Is(rerr, once.ErrLeaseLost) {
 			p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost at release; not touching the message", slog.Any("error", rerr), slog.Any("handler_error", herr))
-			return disposition{action: actLeave}
+			return Disposition{Action: Leave}
 		}
 		// The claim stays in progress until its lease ends: a retry before
 		// then would find it held and be deferred, spending a receive.
@@ -289,7 +390,7 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 	if IsPermanent(herr) {
 		r := reason(herr)
 		log.Warn("handler failed permanently: dead-lettering", slog.String("reason", r))
-		return disposition{action: actDeadLetter, reason: r}
+		return Disposition{Action: DeadLetter, Reason: r}
 	}
 	var pe *panicError
 	switch {
@@ -299,21 +400,21 @@ func (p *processor) process(ctx context.Context, m *Message, l lease) (disp disp
 		p.metrics.record(log, slog.LevelWarn, OutcomeReleased, "handler failed; claim released, message will be retried", slog.Any("error", herr),
 			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
 	}
-	return disposition{action: actRetry, delay: delay}
+	return Disposition{Action: Retry, Delay: delay}
 }
 
 // failures is which failure of m's key this one is, for its backoff, so
-// that the backoffs span OutageCover before the receives run out: on a
-// standard queue its receive count, since every receive it spent (a store
-// error before its claim too) brings the redrive nearer; on a FIFO queue
-// the claim's attempts (acquisitions of the key), not more than its
-// receives, because a message returned unstarted behind a failed one of its
-// group is received again without being tried: its receive count grows
-// with the failures of the messages in front of it, its attempts do not
-// (FIFOMaxReceiveCount leaves room for those receives).
-func failures(m *Message, c *once.Claim, fifo bool) int {
-	n := m.ReceiveCount
-	if a := int(min(c.Attempt, int64(n))); fifo && a >= 1 {
+// that the backoffs span OutageCover before the broker's attempts run out:
+// its Attempt, since every delivery it spent (a store error before its
+// claim too) brings the broker's dead-lettering nearer; for an ordered
+// delivery the claim's attempts (acquisitions of the key), not more than
+// its Attempt, because a message returned unstarted behind a failed one of
+// its group is delivered again without being tried: its Attempt grows
+// with the failures of the messages in front of it, its claim's attempts
+// do not (FIFOMaxReceiveCount leaves room for those deliveries).
+func failures(m *Message, c *once.Claim, ordered bool) int {
+	n := m.Attempt
+	if a := int(min(c.Attempt, int64(n))); ordered && a >= 1 {
 		n = a
 	}
 	return n
@@ -390,13 +491,13 @@ func isStoreError(err error) bool {
 }
 
 // claimOptions are the once options a delivery holds its claim with: the
-// lease aligned with the message's visibility, renewed by extending it,
+// lease aligned with the broker's hold, renewed by extending it,
 // and a failing store held in process as the delivery's other steps are.
 func (p *processor) claimOptions(log *slog.Logger, m *Message, l *lease) once.Options {
 	o := once.Options{
 		Owner: p.owner, Fingerprint: m.Fingerprint, Retention: p.retention, Now: p.now,
 		StoreTimeout: storeCallTimeout,
-		RenewEvery:   -1, // no heartbeats (Lambda): the lease ends with the invocation
+		RenewEvery:   -1, // no heartbeats (no Extend): the lease ends with the hold
 		Renewed: func(r once.Renewal) {
 			switch {
 			case r.Expired:
@@ -414,14 +515,14 @@ func (p *processor) claimOptions(log *slog.Logger, m *Message, l *lease) once.Op
 			return p.hold(context.WithoutCancel(ctx), log, l, try, storeDependency, err)
 		},
 	}
-	if l.extend != nil && l.interval > 0 {
-		o.RenewEvery, o.FirstRenewal, o.Extend = l.interval, l.renewAt, l.extend
+	if l.Extend != nil && l.Interval > 0 {
+		o.RenewEvery, o.FirstRenewal, o.Extend = l.Interval, l.RenewAt, l.Extend
 	}
 	return o
 }
 
 // acquire claims m's key, retrying a failing store in process while the
-// message can be held (its visibility extended meanwhile).
+// delivery can be held (the broker's hold extended meanwhile).
 func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l *lease) (acq acquisition, err error) {
 	ctx, span := p.span(ctx, SpanAcquire)
 	defer func() { endAcquire(span, acq.outcome, acq.token(), err) }()
@@ -432,8 +533,8 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 	o.Acq = l.acq
 	for try := 0; ; try++ {
 		// The claim is worth nothing once the lease it would start has ended.
-		o.LeaseUntil = l.until
-		actx, cancel := context.WithDeadline(ctx, l.until)
+		o.LeaseUntil = l.Until
+		actx, cancel := context.WithDeadline(ctx, l.Until)
 		c, replay, err := once.Acquire(actx, p.store, m.Key, o)
 		cancel()
 		switch {
@@ -469,9 +570,9 @@ func (p *processor) acquire(ctx context.Context, log *slog.Logger, m *Message, l
 }
 
 // hold waits before the try+1-th in-process retry of a failed step while
-// keeping the message invisible, and reports whether to retry: false when
-// the message cannot be held (Lambda, a probe, stopping, the hold used up)
-// or its visibility could not be extended.
+// keeping the broker's hold on it, and reports whether to retry: false when
+// the delivery cannot be held (no Extend, a probe, stopping, the hold used
+// up) or the hold could not be extended.
 func (p *processor) hold(ctx context.Context, log *slog.Logger, l *lease, try int, dependency string, err error) bool {
 	if !l.canHold(p.now()) {
 		return false
@@ -483,25 +584,25 @@ func (p *processor) hold(ctx context.Context, log *slog.Logger, l *lease, try in
 	end := p.now().Add(wait)
 	for p.now().Before(end) {
 		// Extend a heartbeat's interval before the lease would end.
-		extendAt := l.until.Add(-l.interval)
+		extendAt := l.Until.Add(-l.Interval)
 		next := end
 		if extendAt.Before(next) {
 			next = extendAt
 		}
-		if !p.sleep(ctx, l.stop, next.Sub(p.now())) {
+		if !p.sleep(ctx, l.Stop, next.Sub(p.now())) {
 			return false
 		}
 		if p.now().Before(extendAt) {
 			continue
 		}
-		ectx, cancel := context.WithDeadline(ctx, l.until)
-		until, xerr := l.extend(ectx)
+		ectx, cancel := context.WithDeadline(ctx, l.Until)
+		until, xerr := l.Extend(ectx)
 		cancel()
 		if xerr != nil || until.IsZero() {
 			log.Warn("could not extend a held message's visibility; returning it", slog.Any("error", xerr))
 			return false
 		}
-		l.until = until
+		l.Until = until
 	}
 	return true
 }
@@ -546,9 +647,9 @@ func (p *processor) holdDelay(try int) time.Duration {
 func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c *once.Claim, l *lease) (result string, err error, lost bool) {
 	ctx, span := p.span(ctx, SpanHandle)
 	defer func() { endStep(span, err, lost) }()
-	if !l.deadline.IsZero() {
+	if !l.Deadline.IsZero() {
 		var stop context.CancelFunc
-		ctx, stop = context.WithDeadline(ctx, l.deadline)
+		ctx, stop = context.WithDeadline(ctx, l.Deadline)
 		defer stop()
 	}
 	work := func(hctx context.Context) error {
@@ -570,7 +671,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 	// acquisition.
 	err = c.Hold(ctx, work)
 	lost = c.Lost()
-	l.until = c.Until()
+	l.Until = c.Until()
 	return result, err, lost
 }
 
@@ -591,7 +692,7 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
 		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
-	return p.sleep(ctx, l.stop, wait)
+	return p.sleep(ctx, l.Stop, wait)
 }
 
 // panicError carries a recovered handler panic.
@@ -624,8 +725,8 @@ func (p *processor) call(ctx context.Context, m *Message) (result string, err er
 	return p.handler.Handle(ctx, m)
 }
 
-func (p *processor) poison(log *slog.Logger, err error) disposition {
+func (p *processor) poison(log *slog.Logger, err error) Disposition {
 	r := reason(err)
 	log.Warn("poison message: dead-lettering", slog.String("reason", r))
-	return disposition{action: actDeadLetter, reason: r}
+	return Disposition{Action: DeadLetter, Reason: r}
 }

@@ -42,7 +42,7 @@ func newFixture(h Handler) *fixture {
 	return f
 }
 
-func (f *fixture) lease() lease { return lease{until: f.clock.Now().Add(30 * time.Second)} }
+func (f *fixture) lease() Hold { return Hold{Until: f.clock.Now().Add(30 * time.Second)} }
 
 // takeOver acquires key for another holder, as a redelivery would after the
 // lease ran out: the clock moves a minute on.
@@ -55,12 +55,12 @@ func (f *fixture) takeOver(key string) error {
 }
 
 // heartbeatLease returns a lease with a fast heartbeat that counts extensions.
-func (f *fixture) heartbeatLease() (lease, *atomic.Int32) {
+func (f *fixture) heartbeatLease() (Hold, *atomic.Int32) {
 	var extends atomic.Int32
-	return lease{
-		until: f.clock.Now().Add(30 * time.Second), interval: 10 * time.Millisecond,
-		renewAt: f.clock.Now().Add(10 * time.Millisecond),
-		extend: func(context.Context) (time.Time, error) {
+	return Hold{
+		Until: f.clock.Now().Add(30 * time.Second), Interval: 10 * time.Millisecond,
+		RenewAt: f.clock.Now().Add(10 * time.Millisecond),
+		Extend: func(context.Context) (time.Time, error) {
 			extends.Add(1)
 			return f.clock.Now().Add(30 * time.Second), nil
 		},
@@ -77,27 +77,27 @@ func TestProcessOutcomes(t *testing.T) {
 		name    string
 		handler Handler
 		decoder Decoder
-		want    action
+		want    Action
 		outcome Outcome
 		status  claimstore.Status // of the claim afterwards; "" for none
 	}{
-		{"completed", ok("ch_1"), nil, actAck, OutcomeCompleted, claimstore.StatusCompleted},
+		{"completed", ok("ch_1"), nil, Ack, OutcomeCompleted, claimstore.StatusCompleted},
 		{"retryable failure releases", HandlerFunc(func(context.Context, *Message) (string, error) {
 			return "", errors.New("provider unavailable")
-		}), nil, actRetry, OutcomeReleased, claimstore.StatusReleased},
+		}), nil, Retry, OutcomeReleased, claimstore.StatusReleased},
 		{"permanent failure dead-letters and releases", HandlerFunc(func(context.Context, *Message) (string, error) {
 			return "", Permanentf("key reused")
-		}), nil, actDeadLetter, OutcomeAcquired, claimstore.StatusReleased},
+		}), nil, DeadLetter, OutcomeAcquired, claimstore.StatusReleased},
 		{"panic releases and never acks", HandlerFunc(func(context.Context, *Message) (string, error) {
 			panic("boom")
-		}), nil, actRetry, OutcomePanic, claimstore.StatusReleased},
+		}), nil, Retry, OutcomePanic, claimstore.StatusReleased},
 		{"poison is dead-lettered unclaimed", ok("x"), DecoderFunc(func(*Message) error {
 			return Permanentf("not a payment")
-		}), actDeadLetter, "", ""},
+		}), DeadLetter, "", ""},
 		{"key too long is poison", ok("x"), DecoderFunc(func(m *Message) error {
 			m.Key = string(make([]byte, claimstore.MaxKeyBytes+1))
 			return nil
-		}), actDeadLetter, "", ""},
+		}), DeadLetter, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,15 +106,15 @@ func TestProcessOutcomes(t *testing.T) {
 			if tc.decoder != nil {
 				f.p.decoder = tc.decoder
 			}
-			m := &Message{ID: "m1", Body: "{}", ReceiveCount: 1}
+			m := &Message{ID: "m1", Body: "{}", Attempt: 1}
 			d := f.p.process(context.Background(), m, f.lease())
-			if d.action != tc.want {
-				t.Fatalf("action = %v, want %v (disposition %+v)", d.action, tc.want, d)
+			if d.Action != tc.want {
+				t.Fatalf("action = %v, want %v (Disposition %+v)", d.Action, tc.want, d)
 			}
 			if tc.outcome != "" && f.metrics.Count(tc.outcome) != 1 {
 				t.Errorf("outcome %s counted %d times, want 1", tc.outcome, f.metrics.Count(tc.outcome))
 			}
-			if d.action == actDeadLetter && d.reason == "" {
+			if d.Action == DeadLetter && d.Reason == "" {
 				t.Error("dead-letter without a reason")
 			}
 			c, err := f.store.Get(context.Background(), "m1")
@@ -132,11 +132,11 @@ func TestProcessDuplicateAndHeld(t *testing.T) {
 	t.Parallel()
 	f := newFixture(ok("ch_1"))
 	ctx := context.Background()
-	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 1}, f.lease()); d.action != actAck {
-		t.Fatalf("first: %v", d.action)
+	if d := f.p.process(ctx, &Message{ID: "a", Attempt: 1}, f.lease()); d.Action != Ack {
+		t.Fatalf("first: %v", d.Action)
 	}
-	if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 2}, f.lease()); d.action != actAck {
-		t.Fatalf("duplicate: %v, want ack", d.action)
+	if d := f.p.process(ctx, &Message{ID: "a", Attempt: 2}, f.lease()); d.Action != Ack {
+		t.Fatalf("duplicate: %v, want ack", d.Action)
 	}
 	if f.metrics.Count(OutcomeDuplicate) != 1 {
 		t.Errorf("duplicates counted %d, want 1", f.metrics.Count(OutcomeDuplicate))
@@ -147,8 +147,8 @@ func TestProcessDuplicateAndHeld(t *testing.T) {
 	if _, err := f.store.Acquire(ctx, claimstore.AcquireParams{Key: "b", Owner: "other", LeaseUntil: holderLease, ExpiresAt: f.clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	d := f.p.process(ctx, &Message{ID: "b", ReceiveCount: 1}, f.lease())
-	if d.action != actDefer || d.delay < 21*time.Second-time.Millisecond || d.delay > 21*time.Second {
+	d := f.p.process(ctx, &Message{ID: "b", Attempt: 1}, f.lease())
+	if d.Action != Defer || d.Delay < 21*time.Second-time.Millisecond || d.Delay > 21*time.Second {
 		t.Fatalf("held elsewhere: %+v, want defer 21s (the holder's 20s plus 1s)", d)
 	}
 }
@@ -176,9 +176,9 @@ func TestHeartbeatLeaseLost(t *testing.T) {
 		return "late", nil
 	}))
 	l, extends := f.heartbeatLease()
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-	if d.action != actLeave {
-		t.Fatalf("action = %v, want leave", d.action)
+	d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l)
+	if d.Action != Leave {
+		t.Fatalf("action = %v, want leave", d.Action)
 	}
 	if f.metrics.Count(OutcomeLeaseLost) != 1 || f.metrics.Count(OutcomeCompleted) != 0 {
 		t.Errorf("lease_lost %d completed %d", f.metrics.Count(OutcomeLeaseLost), f.metrics.Count(OutcomeCompleted))
@@ -204,12 +204,12 @@ func TestLeaseWatchdog(t *testing.T) {
 	cases := []struct {
 		name    string
 		err     error
-		want    action
+		want    Action
 		outcome Outcome
 		status  claimstore.Status
 	}{
-		{"handler fails", context.Canceled, actRetry, OutcomeReleased, claimstore.StatusReleased},
-		{"handler succeeds", nil, actAck, OutcomeCompleted, claimstore.StatusCompleted},
+		{"handler fails", context.Canceled, Retry, OutcomeReleased, claimstore.StatusReleased},
+		{"handler succeeds", nil, Ack, OutcomeCompleted, claimstore.StatusCompleted},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,9 +224,9 @@ func TestLeaseWatchdog(t *testing.T) {
 				return "sent", tc.err
 			}))
 			l, extends := f.heartbeatLease()
-			d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-			if d.action != tc.want || f.metrics.Count(tc.outcome) != 1 || f.metrics.Count(OutcomeLeaseLost) != 0 {
-				t.Fatalf("action %v, %s %d, lease_lost %d; want %v, 1, 0", d.action, tc.outcome, f.metrics.Count(tc.outcome),
+			d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l)
+			if d.Action != tc.want || f.metrics.Count(tc.outcome) != 1 || f.metrics.Count(OutcomeLeaseLost) != 0 {
+				t.Fatalf("action %v, %s %d, lease_lost %d; want %v, 1, 0", d.Action, tc.outcome, f.metrics.Count(tc.outcome),
 					f.metrics.Count(OutcomeLeaseLost), tc.want)
 			}
 			// Renewals may go on after the lease ran out, while the
@@ -249,17 +249,17 @@ func TestCompleteLeaseLost(t *testing.T) {
 	f = newFixture(HandlerFunc(func(_ context.Context, m *Message) (string, error) {
 		return "late", f.takeOver(m.Key)
 	}))
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, f.lease())
-	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
-		t.Fatalf("action %v lease_lost %d, want leave and 1", d.action, f.metrics.Count(OutcomeLeaseLost))
+	d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, f.lease())
+	if d.Action != Leave || f.metrics.Count(OutcomeLeaseLost) != 1 {
+		t.Fatalf("action %v lease_lost %d, want leave and 1", d.Action, f.metrics.Count(OutcomeLeaseLost))
 	}
 }
 
 func TestLeaseOverBeforeStart(t *testing.T) {
 	t.Parallel()
 	f := newFixture(ok("x"))
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, lease{until: f.clock.Now()})
-	if d.action != actRetry || d.delay != 0 {
+	d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, Hold{Until: f.clock.Now()})
+	if d.Action != Retry || d.Delay != 0 {
 		t.Fatalf("%+v, want an immediate retry", d)
 	}
 	if _, err := f.store.Get(context.Background(), "k"); !errors.Is(err, claimstore.ErrNotFound) {
@@ -293,12 +293,12 @@ func TestSlowAcquire(t *testing.T) {
 	cases := []struct {
 		name     string
 		takeOver bool
-		want     action
+		want     Action
 		ran      bool
 		outcome  Outcome
 	}{
-		{"renewed, then handled", false, actAck, true, OutcomeCompleted},
-		{"taken over meanwhile: never handled", true, actLeave, false, OutcomeLeaseLost},
+		{"renewed, then handled", false, Ack, true, OutcomeCompleted},
+		{"taken over meanwhile: never handled", true, Leave, false, OutcomeLeaseLost},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -324,9 +324,9 @@ func TestSlowAcquire(t *testing.T) {
 			}
 			f.p.store = slow
 			l, extends := f.heartbeatLease() // lease 30s, renew due 10ms in: both long past a minute later
-			d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-			if d.action != tc.want || ran.Load() != tc.ran || f.metrics.Count(tc.outcome) != 1 {
-				t.Fatalf("action %v, handler ran %v, %s %d; want %v, %v, 1", d.action, ran.Load(), tc.outcome, f.metrics.Count(tc.outcome), tc.want, tc.ran)
+			d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l)
+			if d.Action != tc.want || ran.Load() != tc.ran || f.metrics.Count(tc.outcome) != 1 {
+				t.Fatalf("action %v, handler ran %v, %s %d; want %v, %v, 1", d.Action, ran.Load(), tc.outcome, f.metrics.Count(tc.outcome), tc.want, tc.ran)
 			}
 			if extends.Load() == 0 {
 				t.Error("visibility was not extended before the handler")
@@ -346,9 +346,9 @@ func TestSlowAcquireRenewFails(t *testing.T) {
 	}))
 	f.p.store = &slowAcquire{Store: &failRenew{f.store}, clock: f.clock, delay: time.Minute}
 	l, _ := f.heartbeatLease()
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
-	if d.action != actRetry || ran.Load() {
-		t.Fatalf("action %v, handler ran %v; want retry, not run", d.action, ran.Load())
+	d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l)
+	if d.Action != Retry || ran.Load() {
+		t.Fatalf("action %v, handler ran %v; want retry, not run", d.Action, ran.Load())
 	}
 	// The lease ran out on this clock, the store said nothing: the claim
 	// is released, not left for its lease to end.
@@ -494,16 +494,16 @@ func TestHangingRenewWatchdog(t *testing.T) {
 	f.p.store = hangingRenew{memory.New(memory.Config{})}
 	start := time.Now()
 	const leaseFor = 400 * time.Millisecond
-	l := lease{
-		until: start.Add(leaseFor), interval: 100 * time.Millisecond, renewAt: start.Add(100 * time.Millisecond),
-		extend: func(context.Context) (time.Time, error) { return time.Now().Add(leaseFor), nil },
+	l := Hold{
+		Until: start.Add(leaseFor), Interval: 100 * time.Millisecond, RenewAt: start.Add(100 * time.Millisecond),
+		Extend: func(context.Context) (time.Time, error) { return time.Now().Add(leaseFor), nil },
 	}
-	done := make(chan disposition, 1)
-	go func() { done <- f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l) }()
+	done := make(chan Disposition, 1)
+	go func() { done <- f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l) }()
 	select {
 	case d := <-done:
-		if d.action != actRetry || f.metrics.Count(OutcomeReleased) != 1 {
-			t.Fatalf("action %v released %d, want retry and 1", d.action, f.metrics.Count(OutcomeReleased))
+		if d.Action != Retry || f.metrics.Count(OutcomeReleased) != 1 {
+			t.Fatalf("action %v released %d, want retry and 1", d.Action, f.metrics.Count(OutcomeReleased))
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler was not cancelled within 3s of a 400ms lease: a hung renew blocked the watchdog")
@@ -520,15 +520,15 @@ func TestKeyReusedIsDeadLettered(t *testing.T) {
 	f := newFixture(ok("ch_1"))
 	fp := "a"
 	f.p.decoder = DecoderFunc(func(m *Message) error { m.Key, m.Fingerprint = "pay_1", fp; return nil })
-	if d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, f.lease()); d.action != actAck {
+	if d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, f.lease()); d.Action != Ack {
 		t.Fatalf("first: %+v, want ack", d)
 	}
-	if d := f.p.process(context.Background(), &Message{ID: "m2", ReceiveCount: 1}, f.lease()); d.action != actAck || f.metrics.Count(OutcomeDuplicate) != 1 {
+	if d := f.p.process(context.Background(), &Message{ID: "m2", Attempt: 1}, f.lease()); d.Action != Ack || f.metrics.Count(OutcomeDuplicate) != 1 {
 		t.Fatalf("same payload again: %+v, want ack as a duplicate", d)
 	}
 	fp = "b"
-	d := f.p.process(context.Background(), &Message{ID: "m3", ReceiveCount: 1}, f.lease())
-	if d.action != actDeadLetter || !strings.Contains(d.reason, `"pay_1"`) || !strings.Contains(d.reason, "reused") {
+	d := f.p.process(context.Background(), &Message{ID: "m3", Attempt: 1}, f.lease())
+	if d.Action != DeadLetter || !strings.Contains(d.Reason, `"pay_1"`) || !strings.Contains(d.Reason, "reused") {
 		t.Fatalf("another payload: %+v, want dead-letter with a reason naming the key", d)
 	}
 	if f.metrics.Count(OutcomeKeyReused) != 1 {
@@ -540,21 +540,21 @@ func TestPanickingDecoderIsPoison(t *testing.T) {
 	t.Parallel()
 	f := newFixture(ok("x"))
 	f.p.decoder = DecoderFunc(func(*Message) error { panic("bad input") })
-	d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, f.lease())
-	if d.action != actDeadLetter || !strings.Contains(d.reason, "decoder panicked: bad input") {
+	d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, f.lease())
+	if d.Action != DeadLetter || !strings.Contains(d.Reason, "decoder panicked: bad input") {
 		t.Fatalf("%+v, want dead-letter with the panic as the reason", d)
 	}
 }
 
 // holdingLease is a container-mode lease that may be held: visibility
 // extensions succeed and the worker is not stopping.
-func holdingLease(stop chan struct{}) lease {
+func holdingLease(stop chan struct{}) Hold {
 	now := time.Now()
-	return lease{
-		until: now.Add(30 * time.Second), interval: 10 * time.Second, renewAt: now.Add(10 * time.Second),
-		extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
-		stop:      stop,
-		holdUntil: now.Add(time.Minute),
+	return Hold{
+		Until: now.Add(30 * time.Second), Interval: 10 * time.Second, RenewAt: now.Add(10 * time.Second),
+		Extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		Stop:      stop,
+		HoldUntil: now.Add(time.Minute),
 	}
 }
 
@@ -587,8 +587,8 @@ func TestHoldRetriesInProcess(t *testing.T) {
 		}))
 		f.p.now, f.p.minBackoff, f.p.maxHold = time.Now, 10*time.Millisecond, 20*time.Millisecond
 		f.p.store = memory.New(memory.Config{})
-		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
-		if d.action != actAck || calls.Load() != 3 {
+		d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, holdingLease(make(chan struct{})))
+		if d.Action != Ack || calls.Load() != 3 {
 			t.Fatalf("%+v after %d calls, want ack after 3", d, calls.Load())
 		}
 		if got := counterValue(f.metrics.retries.WithLabelValues("provider")); got != 2 {
@@ -602,8 +602,8 @@ func TestHoldRetriesInProcess(t *testing.T) {
 		fs := &flakyAcquire{Store: memory.New(memory.Config{})}
 		fs.n.Store(3)
 		f.p.store = fs
-		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(make(chan struct{})))
-		if d.action != actAck || f.metrics.Count(OutcomeCompleted) != 1 {
+		d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, holdingLease(make(chan struct{})))
+		if d.Action != Ack || f.metrics.Count(OutcomeCompleted) != 1 {
 			t.Fatalf("%+v, want ack after the store came back", d)
 		}
 	})
@@ -616,8 +616,8 @@ func TestHoldRetriesInProcess(t *testing.T) {
 		f.p.store = memory.New(memory.Config{})
 		stop := make(chan struct{})
 		close(stop)
-		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: 1}, holdingLease(stop))
-		if d.action != actRetry || f.metrics.Count(OutcomeReleased) != 1 {
+		d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: 1}, holdingLease(stop))
+		if d.Action != Retry || f.metrics.Count(OutcomeReleased) != 1 {
 			t.Fatalf("%+v, want a release and a retry through the queue", d)
 		}
 	})
@@ -631,8 +631,8 @@ func TestDependencyFailuresAreNeverPoison(t *testing.T) {
 		return "", Dependency("provider", errors.New("HTTP 401 unauthorized"))
 	}))
 	for rc := 1; rc <= 10; rc++ {
-		d := f.p.process(context.Background(), &Message{ID: "m1", ReceiveCount: rc}, f.lease())
-		if d.action != actRetry {
+		d := f.p.process(context.Background(), &Message{ID: "m1", Attempt: rc}, f.lease())
+		if d.Action != Retry {
 			t.Fatalf("receive %d: %+v, want retry", rc, d)
 		}
 	}
@@ -696,15 +696,15 @@ func TestFailedReleaseWaitsForTheRenewedLease(t *testing.T) {
 		return "", errors.New("provider unavailable")
 	}))
 	f.p.store = failingRelease{f.store}
-	var l lease
+	var l Hold
 	l, extends = f.heartbeatLease()
-	d := f.p.process(context.Background(), &Message{ID: "k", ReceiveCount: 1}, l)
+	d := f.p.process(context.Background(), &Message{ID: "k", Attempt: 1}, l)
 	c, err := f.store.Get(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wait := c.LeaseUntil.Sub(f.clock.Now()); d.action != actRetry || d.delay < wait {
-		t.Fatalf("%v in %s, want a retry no sooner than the renewed lease's end, %s away", d.action, d.delay, wait)
+	if wait := c.LeaseUntil.Sub(f.clock.Now()); d.Action != Retry || d.Delay < wait {
+		t.Fatalf("%v in %s, want a retry no sooner than the renewed lease's end, %s away", d.Action, d.Delay, wait)
 	}
 }
 
@@ -722,8 +722,8 @@ func TestProtocolReadsTheInjectedClock(t *testing.T) {
 		return "ch_1", nil
 	})
 	l := f.lease()
-	if d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, l); d.action != actAck {
-		t.Fatalf("action = %v, want ack (the lease read the wall clock?)", d.action)
+	if d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, l); d.Action != Ack {
+		t.Fatalf("action = %v, want ack (the lease read the wall clock?)", d.Action)
 	}
 	c, err := f.store.Get(context.Background(), "m1")
 	if err != nil {
@@ -775,12 +775,12 @@ func TestBackoffFollowsTheMessagesOwnFailures(t *testing.T) {
 				}
 			}
 			l := f.lease()
-			l.fifo = tc.fifo
-			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: tc.receiveCount}, l)
+			l.Ordered = tc.fifo
+			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: tc.receiveCount}, l)
 			lo := f.p.schedule.delays[tc.want-1]
-			if d.action != actRetry || d.delay < lo || d.delay > lo+lo/4 {
-				t.Errorf("disposition %v after %s, want retry after %s (the failure %d's delay, up to a quarter more)",
-					d.action, d.delay, lo, tc.want)
+			if d.Action != Retry || d.Delay < lo || d.Delay > lo+lo/4 {
+				t.Errorf("Disposition %v after %s, want retry after %s (the failure %d's delay, up to a quarter more)",
+					d.Action, d.Delay, lo, tc.want)
 			}
 		})
 	}

@@ -52,13 +52,13 @@ func TestProcessProbeProvesTheStore(t *testing.T) {
 			t.Parallel()
 			f := newFixture(ok("ch_1"))
 			ctx := context.Background()
-			if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 1}, f.lease()); d.action != actAck {
-				t.Fatalf("first: %v", d.action)
+			if d := f.p.process(ctx, &Message{ID: "a", Attempt: 1}, f.lease()); d.Action != Ack {
+				t.Fatalf("first: %v", d.Action)
 			}
 			f.p.breaker = newBreaker(1, f.metrics, slog.New(slog.DiscardHandler), time.Now)
 			f.p.breaker.failure(tc.dependency, errors.New("down"))
-			if d := f.p.process(ctx, &Message{ID: "a", ReceiveCount: 2}, lease{until: f.clock.Now().Add(30e9), probe: true}); d.action != actAck {
-				t.Fatalf("duplicate: %v, want ack", d.action)
+			if d := f.p.process(ctx, &Message{ID: "a", Attempt: 2}, Hold{Until: f.clock.Now().Add(30e9), Probe: true}); d.Action != Ack {
+				t.Fatalf("duplicate: %v, want ack", d.Action)
 			}
 			if open, _, _ := f.p.breaker.state(); open != tc.wantOpen {
 				t.Errorf("breaker open = %v after a duplicate, want %v", open, tc.wantOpen)
@@ -117,14 +117,14 @@ func TestProcessAcquireRetryFindsItsOwnClaim(t *testing.T) {
 	store := &lostAcquireAnswer{Store: memory.New(memory.Config{})}
 	f.p.store, f.p.now, f.p.minBackoff = store, time.Now, time.Millisecond
 	now := time.Now()
-	l := lease{
-		until: now.Add(30 * time.Second), interval: 10 * time.Second, renewAt: now.Add(10 * time.Second),
-		extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
-		stop:      make(chan struct{}),
-		holdUntil: now.Add(time.Minute),
+	l := Hold{
+		Until: now.Add(30 * time.Second), Interval: 10 * time.Second, RenewAt: now.Add(10 * time.Second),
+		Extend:    func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		Stop:      make(chan struct{}),
+		HoldUntil: now.Add(time.Minute),
 	}
-	d := f.p.process(context.Background(), &Message{ID: "a", ReceiveCount: 1}, l)
-	if d.action != actAck || f.metrics.Count(OutcomeDeferred) != 0 || store.calls != 2 {
-		t.Errorf("action %v, deferred %d, acquire calls %d; want ack, 0 deferred, 2 calls", d.action, f.metrics.Count(OutcomeDeferred), store.calls)
+	d := f.p.process(context.Background(), &Message{ID: "a", Attempt: 1}, l)
+	if d.Action != Ack || f.metrics.Count(OutcomeDeferred) != 0 || store.calls != 2 {
+		t.Errorf("action %v, deferred %d, acquire calls %d; want ack, 0 deferred, 2 calls", d.Action, f.metrics.Count(OutcomeDeferred), store.calls)
 	}
 }

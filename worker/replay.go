@@ -13,7 +13,7 @@ import (
 // Replay describes a delivery whose key was completed already: the worker
 // acked it without running the handler, and Result is the stored result.
 type Replay struct {
-	// MessageID is the delivery's SQS message id.
+	// MessageID is the delivery's message id.
 	MessageID string
 	// Key is the idempotency key.
 	Key string
@@ -24,8 +24,8 @@ type Replay struct {
 	Result string
 	// Envelope is Message.Envelope: the envelopes the body came in.
 	Envelope string
-	// ReceiveCount is the delivery's ApproximateReceiveCount.
-	ReceiveCount int
+	// Attempt is the delivery's Message.Attempt.
+	Attempt int
 	// Source says what answered: ReplayFromStore or ReplayFromCache (a
 	// claimstore/cache in front of the store, without a request to it).
 	Source string
@@ -45,7 +45,7 @@ func replayed(m *Message, r once.Result) Replay {
 		src = ReplayFromCache
 	}
 	return Replay{MessageID: m.ID, Key: m.Key, Token: r.Token, Result: r.Value, Envelope: m.Envelope,
-		ReceiveCount: m.ReceiveCount, Source: src}
+		Attempt: m.Attempt, Source: src}
 }
 
 // newReplays is the counter of replays by source.

@@ -24,7 +24,7 @@ func TestHTTPHandler(t *testing.T) {
 		cfg:   Config{Protocol: Protocol{Metrics: m}},
 		ready: make(chan struct{}),
 		stop:  make(chan struct{}),
-		proc:  &processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler), time.Now)},
+		proc:  &Engine{processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler), time.Now)}},
 	}
 	get := func(h http.Handler, path string) (int, string) {
 		t.Helper()

@@ -1,15 +1,11 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/smithy-go/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -51,9 +47,12 @@ func (s span) intersect(o span) (span, bool) {
 	return r, r.lo <= r.hi
 }
 
-// clockSkew measures this process's clock against AWS's and says whether it
-// is too far off to claim. A nil *clockSkew measures nothing and never is.
-type clockSkew struct {
+// ClockCheck estimates this process's clock's offset from its broker's,
+// from the broker's answers a transport observes (Observe; the SQS
+// transports: every answer's Date), and says whether it is too far off to
+// claim (EngineOptions.Clock). A nil *ClockCheck measures nothing and
+// never is.
+type ClockCheck struct {
 	max     time.Duration
 	now     func() time.Time
 	log     *slog.Logger
@@ -67,17 +66,17 @@ type clockSkew struct {
 	at       time.Time // when the last sample was taken, by now
 }
 
-// newClockSkew returns a check with bound maxSkew; negative: none (nil).
-func newClockSkew(maxSkew time.Duration, now func() time.Time, m *Metrics, log *slog.Logger) *clockSkew {
+// NewClockCheck returns a check with bound maxSkew; negative: none (nil).
+func NewClockCheck(maxSkew time.Duration, now func() time.Time, m *Metrics, log *slog.Logger) *ClockCheck {
 	if maxSkew < 0 {
 		return nil
 	}
-	return &clockSkew{max: maxSkew, now: now, log: log, offsetG: m.clockOffset, skewedG: m.clockSkewed}
+	return &ClockCheck{max: maxSkew, now: now, log: log, offsetG: m.clockOffset, skewedG: m.clockSkewed}
 }
 
-// observe records an answer whose Date was server, for a call that started
+// Observe records an answer whose Date was server, for a call that started
 // at start and was answered at end by this process's clock.
-func (c *clockSkew) observe(server, start, end time.Time) {
+func (c *ClockCheck) Observe(server, start, end time.Time) {
 	if c == nil || server.IsZero() || end.Before(start) {
 		return
 	}
@@ -123,7 +122,7 @@ func (c *clockSkew) observe(server, start, end time.Time) {
 }
 
 // state reports whether the offset is beyond the bound, and the estimate.
-func (c *clockSkew) state() (exceeded bool, offset time.Duration) {
+func (c *ClockCheck) state() (exceeded bool, offset time.Duration) {
 	if c == nil {
 		return false, 0
 	}
@@ -133,7 +132,7 @@ func (c *clockSkew) state() (exceeded bool, offset time.Duration) {
 }
 
 // err returns an error naming the skew while it is beyond the bound.
-func (c *clockSkew) err() error {
+func (c *ClockCheck) err() error {
 	if exceeded, offset := c.state(); exceeded {
 		return fmt.Errorf("clock skew: this clock is %s off AWS's, more than ClockSkewMax %s; claiming nothing until it agrees",
 			(-offset).Round(time.Millisecond), c.max)
@@ -142,68 +141,11 @@ func (c *clockSkew) err() error {
 }
 
 // stale reports whether no answer was measured within d.
-func (c *clockSkew) stale(d time.Duration) bool {
+func (c *ClockCheck) stale(d time.Duration) bool {
 	if c == nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.at.IsZero() || c.now().Sub(c.at) > d
-}
-
-// stackOption adds the measuring middleware to an SDK call's stack: the
-// outermost step, so the interval covers every attempt.
-func (c *clockSkew) stackOption(stack *middleware.Stack) error {
-	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ClaimfirstClockSkew",
-		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			start := c.now()
-			out, md, err := next.HandleInitialize(ctx, in)
-			if t, ok := awsmiddleware.GetServerTime(md); ok {
-				c.observe(t, start, c.now())
-			}
-			return out, md, err
-		}), middleware.Before)
-}
-
-// measure wraps api so that every answer's Date is measured (nil c: api).
-func (c *clockSkew) measure(api SQSAPI) SQSAPI {
-	if c == nil || api == nil {
-		return api
-	}
-	return measuredSQS{api: api, opt: func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, c.stackOption) }}
-}
-
-// measuredSQS is an SQSAPI whose calls are measured by a clockSkew.
-type measuredSQS struct {
-	api SQSAPI
-	opt func(*sqs.Options)
-}
-
-func (m measuredSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	return m.api.ReceiveMessage(ctx, in, append(opts, m.opt)...)
-}
-
-func (m measuredSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	return m.api.DeleteMessageBatch(ctx, in, append(opts, m.opt)...)
-}
-
-func (m measuredSQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return m.api.ChangeMessageVisibility(ctx, in, append(opts, m.opt)...)
-}
-
-func (m measuredSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	return m.api.ChangeMessageVisibilityBatch(ctx, in, append(opts, m.opt)...)
-}
-
-func (m measuredSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	return m.api.SendMessage(ctx, in, append(opts, m.opt)...)
-}
-
-func (m measuredSQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	return m.api.GetQueueAttributes(ctx, in, append(opts, m.opt)...)
-}
-
-//nolint:revive // the SQS client's name, which SQSAPI requires
-func (m measuredSQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
-	return m.api.GetQueueUrl(ctx, in, append(opts, m.opt)...)
 }

@@ -54,9 +54,9 @@ func TestClockSkew(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
-			c := newClockSkew(time.Second, time.Now, NewMetrics(nil), slog.New(slog.NewTextHandler(&buf, nil)))
+			c := NewClockCheck(time.Second, time.Now, NewMetrics(nil), slog.New(slog.NewTextHandler(&buf, nil)))
 			for _, a := range tc.answers {
-				c.observe(a.date, a.start, a.end)
+				c.Observe(a.date, a.start, a.end)
 			}
 			exceeded, offset := c.state()
 			if exceeded != tc.exceeded {
@@ -81,13 +81,13 @@ func TestProcessClaimsNothingWhileSkewed(t *testing.T) {
 	t.Parallel()
 	ran := false
 	f := newFixture(HandlerFunc(func(context.Context, *Message) (string, error) { ran = true; return "ch_1", nil }))
-	f.p.skew = newClockSkew(time.Second, f.clock.Now, f.metrics, slog.New(slog.DiscardHandler))
+	f.p.skew = NewClockCheck(time.Second, f.clock.Now, f.metrics, slog.New(slog.DiscardHandler))
 	now := f.clock.Now()
-	f.p.skew.observe(now.Add(-time.Minute).Truncate(time.Second), now, now.Add(10*time.Millisecond))
+	f.p.skew.Observe(now.Add(-time.Minute).Truncate(time.Second), now, now.Add(10*time.Millisecond))
 
-	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, f.lease())
-	if d.action != actRetry || d.delay != skewRetryDelay || ran {
-		t.Fatalf("disposition %v after %s, handler ran %v; want retry after %s without running", d.action, d.delay, ran, skewRetryDelay)
+	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, f.lease())
+	if d.Action != Retry || d.Delay != skewRetryDelay || ran {
+		t.Fatalf("Disposition %v after %s, handler ran %v; want retry after %s without running", d.Action, d.Delay, ran, skewRetryDelay)
 	}
 	if _, err := f.store.Get(context.Background(), "m1"); !errors.Is(err, claimstore.ErrNotFound) {
 		t.Errorf("Get after the skewed delivery: %v, want ErrNotFound (nothing claimed)", err)
@@ -99,9 +99,9 @@ func TestProcessClaimsNothingWhileSkewed(t *testing.T) {
 	// The clock agrees again: the next delivery is processed.
 	now = f.clock.Now().Add(time.Second)
 	for range skewSamples {
-		f.p.skew.observe(now.Truncate(time.Second), now.Add(-10*time.Millisecond), now.Add(10*time.Millisecond))
+		f.p.skew.Observe(now.Truncate(time.Second), now.Add(-10*time.Millisecond), now.Add(10*time.Millisecond))
 	}
-	if d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 2}, f.lease()); d.action != actAck || !ran {
-		t.Fatalf("after the clock agreed: disposition %v, handler ran %v; want ack", d.action, ran)
+	if d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 2}, f.lease()); d.Action != Ack || !ran {
+		t.Fatalf("after the clock agreed: Disposition %v, handler ran %v; want ack", d.Action, ran)
 	}
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -19,9 +18,10 @@ import (
 // carries it, so the handler's own spans are its children) and
 // SpanComplete. A message whose attributes carry a W3C trace context
 // (TraceParentAttribute, and "tracestate") continues that trace: the
-// producer's span is the message span's parent. Without one, an X-Ray trace
-// header in SQS's AWSTraceHeader system attribute is the parent. Without a TracerProvider no
-// span is made.
+// producer's span is the message span's parent. Without one, the remote
+// span context the transport put in Process's context is the parent (the
+// SQS transports: the X-Ray trace header in SQS's AWSTraceHeader system
+// attribute). Without a TracerProvider no span is made.
 const (
 	SpanMessage  = "claimfirst.message"
 	SpanAcquire  = "claimfirst.acquire"
@@ -40,7 +40,7 @@ const tracerName = "github.com/claimfirst/claimfirst/worker"
 const (
 	attrMessageID  = attribute.Key("messaging.message.id")
 	attrSystem     = attribute.Key("messaging.system")
-	attrReceive    = attribute.Key("messaging.sqs.receive_count")
+	attrAttempt    = attribute.Key("claimfirst.attempt")
 	attrKey        = attribute.Key("claimfirst.idempotency_key")
 	attrToken      = attribute.Key("claimfirst.token")
 	attrAction     = attribute.Key("claimfirst.action")
@@ -81,66 +81,26 @@ func (p *processor) startMessage(ctx context.Context, m *Message) (context.Conte
 	if len(m.Attributes) > 0 {
 		ctx = tracePropagator.Extract(ctx, propagation.MapCarrier(m.Attributes))
 	}
-	if !trace.SpanContextFromContext(ctx).IsValid() && m.AWSTraceHeader != "" {
-		if sc, ok := xrayParent(m.AWSTraceHeader); ok {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		}
-	}
 	return p.tracer.Start(ctx, SpanMessage, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		attrSystem.String("aws_sqs"), attrMessageID.String(m.ID), attrReceive.Int(m.ReceiveCount),
+		attrSystem.String(p.system), attrMessageID.String(m.ID), attrAttempt.Int(m.Attempt),
 	))
 }
 
-// xrayParent reads an X-Ray trace header (SQS's AWSTraceHeader system
-// attribute): "Root=1-{8 hex}-{24 hex};Parent={16 hex};Sampled=1". The
-// trace id is the root's 32 hex digits, the parent span id the Parent's.
-func xrayParent(h string) (trace.SpanContext, bool) {
-	var root, parent, sampled string
-	for _, part := range strings.Split(h, ";") {
-		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "Root":
-			root = v
-		case "Parent":
-			parent = v
-		case "Sampled":
-			sampled = v
-		}
-	}
-	fields := strings.Split(root, "-")
-	if len(fields) != 3 || fields[0] != "1" || len(fields[1]) != 8 || len(fields[2]) != 24 {
-		return trace.SpanContext{}, false
-	}
-	tid, err := trace.TraceIDFromHex(fields[1] + fields[2])
-	if err != nil {
-		return trace.SpanContext{}, false
-	}
-	sid, err := trace.SpanIDFromHex(parent)
-	if err != nil {
-		return trace.SpanContext{}, false
-	}
-	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true}
-	if sampled == "1" {
-		cfg.TraceFlags = trace.FlagsSampled
-	}
-	return trace.NewSpanContext(cfg), true
-}
-
 // endMessage ends m's span with its disposition.
-func endMessage(span trace.Span, m *Message, d disposition) {
+func endMessage(span trace.Span, m *Message, d Disposition) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attrAction.String(d.action.String()))
+	span.SetAttributes(attrAction.String(d.Action.String()))
 	if m.Key != "" {
 		span.SetAttributes(attrKey.String(m.Key))
 	}
 	if m.Token > 0 {
 		span.SetAttributes(attrToken.Int64(m.Token))
 	}
-	if d.action == actDeadLetter {
-		span.SetAttributes(attrDeadLetter.String(d.reason))
-		span.SetStatus(codes.Error, "dead-lettered: "+d.reason)
+	if d.Action == DeadLetter {
+		span.SetAttributes(attrDeadLetter.String(d.Reason))
+		span.SetStatus(codes.Error, "dead-lettered: "+d.Reason)
 	}
 	span.End()
 }

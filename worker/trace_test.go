@@ -59,12 +59,12 @@ func TestTraceParentFromMessage(t *testing.T) {
 		inHandler = trace.SpanContextFromContext(ctx)
 		return "ch_1", nil
 	}))
-	m := &Message{ID: "m1", Body: "{}", ReceiveCount: 1, Attributes: map[string]string{
+	m := &Message{ID: "m1", Body: "{}", Attempt: 1, Attributes: map[string]string{
 		TraceParentAttribute: "00-" + traceID + "-" + spanID + "-01",
 		"tracestate":         "vendor=x",
 	}}
-	if d := f.p.process(context.Background(), m, f.lease()); d.action != actAck {
-		t.Fatalf("action %s, want ack", d.action)
+	if d := f.p.process(context.Background(), m, f.lease()); d.Action != Ack {
+		t.Fatalf("action %s, want ack", d.Action)
 	}
 
 	spans := spansByName(t, rec)
@@ -122,14 +122,14 @@ func TestTraceOutcomes(t *testing.T) {
 		return "ok", nil
 	}))
 	ctx := context.Background()
-	f.p.process(ctx, &Message{ID: "a", Body: "{}", ReceiveCount: 1}, f.lease())
+	f.p.process(ctx, &Message{ID: "a", Body: "{}", Attempt: 1}, f.lease())
 	spans := spansByName(t, rec)
 	if msg := spans[SpanMessage]; msg == nil || msg.Parent().IsValid() {
 		t.Errorf("message span without traceparent has parent %v, want a new trace", msg.Parent())
 	}
 
 	rec.Reset()
-	f.p.process(ctx, &Message{ID: "a", Body: "{}", ReceiveCount: 2}, f.lease())
+	f.p.process(ctx, &Message{ID: "a", Body: "{}", Attempt: 2}, f.lease())
 	spans = spansByName(t, rec)
 	if len(spans) != 2 || spans[SpanAcquire] == nil {
 		t.Errorf("duplicate: spans %v, want the message and its acquire", spans)
@@ -139,7 +139,7 @@ func TestTraceOutcomes(t *testing.T) {
 	}
 
 	rec.Reset()
-	f.p.process(ctx, &Message{ID: "b", Body: "bad", ReceiveCount: 1}, f.lease())
+	f.p.process(ctx, &Message{ID: "b", Body: "bad", Attempt: 1}, f.lease())
 	spans = spansByName(t, rec)
 	msg := spans[SpanMessage]
 	if msg == nil || msg.Status().Code != codes.Error {
@@ -165,7 +165,7 @@ func TestNoTracerNoSpans(t *testing.T) {
 		sc = trace.SpanContextFromContext(ctx)
 		return "ok", nil
 	}))
-	f.p.process(context.Background(), &Message{ID: "a", Body: "{}", ReceiveCount: 1,
+	f.p.process(context.Background(), &Message{ID: "a", Body: "{}", Attempt: 1,
 		Attributes: map[string]string{TraceParentAttribute: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}, f.lease())
 	if sc.IsValid() {
 		t.Errorf("handler context carries span %v without a tracer", sc)
@@ -173,7 +173,8 @@ func TestNoTracerNoSpans(t *testing.T) {
 }
 
 // TestTraceParentFromAWSTraceHeader: without a traceparent attribute, the
-// X-Ray header SQS carries in AWSTraceHeader is the message span's parent;
+// X-Ray header SQS carries in AWSTraceHeader, put in the context by the SQS
+// transports, is the message span's parent;
 // a traceparent wins over it; a malformed header starts a new trace.
 func TestTraceParentFromAWSTraceHeader(t *testing.T) {
 	t.Parallel()
@@ -188,11 +189,11 @@ func TestTraceParentFromAWSTraceHeader(t *testing.T) {
 	}
 	for _, tc := range cases {
 		f, rec := tracedFixture(t, HandlerFunc(func(context.Context, *Message) (string, error) { return "ok", nil }))
-		m := &Message{ID: "m-" + tc.name, Body: "{}", ReceiveCount: 1, AWSTraceHeader: tc.header}
+		m := &Message{ID: "m-" + tc.name, Body: "{}", Attempt: 1}
 		if tc.traceparent != "" {
 			m.Attributes = map[string]string{TraceParentAttribute: tc.traceparent}
 		}
-		f.p.process(context.Background(), m, f.lease())
+		f.p.process(f.p.withTraceHeader(context.Background(), tc.header), m, f.lease())
 		msg, ok := spansByName(t, rec)[SpanMessage]
 		if !ok {
 			t.Fatalf("%s: no message span", tc.name)

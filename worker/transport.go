@@ -168,23 +168,23 @@ func (t *transport) holdProbe(d *sqsDelivery) (free, stop func()) {
 // deliver runs the protocol for one delivery and carries out its
 // disposition. done reports that the message is off the queue (acked, or
 // dead-lettered).
-func (t *transport) deliver(d *sqsDelivery) (disp disposition, done bool) {
+func (t *transport) deliver(d *sqsDelivery) (disp Disposition, done bool) {
 	w := t.w
 	w.inFlight.Store(d.msg.ID, struct{}{})
 	defer w.inFlight.Delete(d.msg.ID)
 	vis := w.cfg.VisibilityTimeout
 	capAt := d.receivedAt.Add(MaxVisibility)
 	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
-	l := lease{
-		fifo:      w.queue.FIFO,
-		until:     from.Add(vis - w.cfg.LeaseMargin),
-		deadline:  capAt.Add(-w.cfg.LeaseMargin),
-		interval:  w.cfg.HeartbeatInterval,
-		renewAt:   from.Add(w.cfg.HeartbeatInterval),
-		stop:      w.stop,
-		probe:     d.probe,
-		holdUntil: from.Add(w.cfg.HoldFor),
-		extend: func(ctx context.Context) (time.Time, error) {
+	h := Hold{
+		Ordered:   w.queue.FIFO,
+		Until:     from.Add(vis - w.cfg.LeaseMargin),
+		Deadline:  capAt.Add(-w.cfg.LeaseMargin),
+		Interval:  w.cfg.HeartbeatInterval,
+		RenewAt:   from.Add(w.cfg.HeartbeatInterval),
+		Stop:      w.stop,
+		Probe:     d.probe,
+		HoldUntil: from.Add(w.cfg.HoldFor),
+		Extend: func(ctx context.Context) (time.Time, error) {
 			now := w.cfg.Now()
 			next := min(vis, capAt.Sub(now).Truncate(time.Second))
 			if next <= w.cfg.LeaseMargin {
@@ -200,8 +200,8 @@ func (t *transport) deliver(d *sqsDelivery) (disp disposition, done bool) {
 			return now.Add(next - w.cfg.LeaseMargin), nil
 		},
 	}
-	disp = w.proc.process(t.hctx, &d.msg, l)
-	return disp, act(disp, queuedDelivery{t: t, d: d, log: w.log.With(slog.String("message_id", d.msg.ID))})
+	disp = w.proc.Process(w.proc.withTraceHeader(t.hctx, d.traceHeader), &d.msg, h)
+	return disp, disp.Settle(queuedDelivery{t: t, d: d, log: w.log.With(slog.String("message_id", d.msg.ID))})
 }
 
 // queuedDelivery carries out a long-polled delivery's disposition.
@@ -211,15 +211,15 @@ type queuedDelivery struct {
 	log *slog.Logger
 }
 
-func (q queuedDelivery) ack() {
+func (q queuedDelivery) Ack() {
 	if !q.t.del.add(q.d.receipt) {
 		q.log.Warn("completed after shutdown abandoned it: not acked; the redelivery is acked as a duplicate")
 	}
 }
 
-func (q queuedDelivery) returnAfter(delay time.Duration) { q.t.w.setVisibility(q.d, delay, q.log) }
+func (q queuedDelivery) ReturnAfter(delay time.Duration) { q.t.w.setVisibility(q.d, delay, q.log) }
 
-func (q queuedDelivery) deadLetter(reason string) bool {
+func (q queuedDelivery) DeadLetter(reason string) bool {
 	return q.t.sendToDeadLetter(q.d, reason, q.log)
 }
 

@@ -63,26 +63,26 @@ func TestCommitOutcomes(t *testing.T) {
 		name    string
 		tx      Tx
 		fail    []error
-		want    action
+		want    Action
 		status  claimstore.Status
 		result  string
 		applied int
 	}{
-		{"committed with the completion", Tx{Writes: names{"entry", "balance"}}, nil, actAck, claimstore.StatusCompleted, "applied", 2},
-		{"no writes is a plain completion", Tx{Writes: names{}}, nil, actAck, claimstore.StatusCompleted, "applied", 0},
-		{"a write's condition retries by default", Tx{Writes: names{"entry"}}, []error{refused}, actRetry, claimstore.StatusReleased, "", 0},
+		{"committed with the completion", Tx{Writes: names{"entry", "balance"}}, nil, Ack, claimstore.StatusCompleted, "applied", 2},
+		{"no writes is a plain completion", Tx{Writes: names{}}, nil, Ack, claimstore.StatusCompleted, "applied", 0},
+		{"a write's condition retries by default", Tx{Writes: names{"entry"}}, []error{refused}, Retry, claimstore.StatusReleased, "", 0},
 		{"a rejection the handler completes", Tx{Writes: names{"entry"}, Rejected: func(e *claimstore.WriteConditionError) (string, error) {
 			return "rejected: write " + string(rune('0'+e.Index)), nil
-		}}, []error{refused}, actAck, claimstore.StatusCompleted, "rejected: write 1", 0},
+		}}, []error{refused}, Ack, claimstore.StatusCompleted, "rejected: write 1", 0},
 		{"a rejection the handler dead-letters", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
 			return "", Permanentf("insufficient funds")
-		}}, []error{refused}, actDeadLetter, claimstore.StatusReleased, "", 0},
+		}}, []error{refused}, DeadLetter, claimstore.StatusReleased, "", 0},
 		{"a panicking Rejected is never acked", Tx{Writes: names{"entry"}, Rejected: func(*claimstore.WriteConditionError) (string, error) {
 			panic("boom")
-		}}, []error{refused}, actRetry, claimstore.StatusReleased, "", 0},
-		{"too large is dead-lettered, not half-committed", Tx{Writes: names{"entry"}}, []error{claimstore.ErrTxTooLarge}, actDeadLetter, claimstore.StatusReleased, "", 0},
-		{"lease lost at the transaction", Tx{Writes: names{"entry"}}, []error{claimstore.ErrLeaseLost}, actLeave, claimstore.StatusInProgress, "", 0},
-		{"a store error leaves the message", Tx{Writes: names{"entry"}}, []error{errors.New("throttled")}, actLeave, claimstore.StatusInProgress, "", 0},
+		}}, []error{refused}, Retry, claimstore.StatusReleased, "", 0},
+		{"too large is dead-lettered, not half-committed", Tx{Writes: names{"entry"}}, []error{claimstore.ErrTxTooLarge}, DeadLetter, claimstore.StatusReleased, "", 0},
+		{"lease lost at the transaction", Tx{Writes: names{"entry"}}, []error{claimstore.ErrLeaseLost}, Leave, claimstore.StatusInProgress, "", 0},
+		{"a store error leaves the message", Tx{Writes: names{"entry"}}, []error{errors.New("throttled")}, Leave, claimstore.StatusInProgress, "", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,9 +90,9 @@ func TestCommitOutcomes(t *testing.T) {
 			f := newFixture(committing(tc.tx))
 			s := &txStore{Store: f.store, fail: tc.fail}
 			f.p.store = s
-			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, f.lease())
-			if d.action != tc.want {
-				t.Fatalf("action = %v, want %v (disposition %+v)", d.action, tc.want, d)
+			d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, f.lease())
+			if d.Action != tc.want {
+				t.Fatalf("action = %v, want %v (Disposition %+v)", d.Action, tc.want, d)
 			}
 			c, err := f.store.Get(context.Background(), "m1")
 			if err != nil || c.Status != tc.status || c.Result != tc.result {
@@ -111,9 +111,9 @@ func TestCommitOutcomes(t *testing.T) {
 func TestCommitUnsupported(t *testing.T) {
 	t.Parallel()
 	f := newFixture(committing(Tx{Writes: names{"entry"}}))
-	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, f.lease())
-	if d.action != actDeadLetter || !strings.Contains(d.reason, "not supported") {
-		t.Fatalf("disposition = %+v, want a dead-letter saying transactions are not supported", d)
+	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, f.lease())
+	if d.Action != DeadLetter || !strings.Contains(d.Reason, "not supported") {
+		t.Fatalf("Disposition = %+v, want a dead-letter saying transactions are not supported", d)
 	}
 	if c, _ := f.store.Get(context.Background(), "m1"); c.Status != claimstore.StatusReleased {
 		t.Errorf("claim status = %s, want RELEASED", c.Status)
@@ -134,9 +134,9 @@ func TestCommitLeaseLostWhileHandling(t *testing.T) {
 	}))
 	s := &txStore{Store: f.store}
 	f.p.store = s
-	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", ReceiveCount: 1}, f.lease())
-	if d.action != actLeave || f.metrics.Count(OutcomeLeaseLost) != 1 {
-		t.Errorf("disposition %+v, lease lost %d; want leave, counted once", d, f.metrics.Count(OutcomeLeaseLost))
+	d := f.p.process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, f.lease())
+	if d.Action != Leave || f.metrics.Count(OutcomeLeaseLost) != 1 {
+		t.Errorf("Disposition %+v, lease lost %d; want leave, counted once", d, f.metrics.Count(OutcomeLeaseLost))
 	}
 	if got := s.rows(); len(got) != 0 {
 		t.Errorf("a superseded holder applied %v", got)

@@ -34,7 +34,7 @@ const (
 type Worker struct {
 	cfg   Config
 	queue QueueInfo
-	proc  *processor
+	proc  *Engine
 	log   *slog.Logger
 	ready chan struct{}
 	stop  chan struct{} // closed when Run's context ends: held messages go back
@@ -75,11 +75,12 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
-	skew := newClockSkew(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
-	cfg.SQS = skew.measure(cfg.SQS)
-	proc := cfg.processor(log, q, cfg.MaxHoldBackoff)
-	proc.breaker = newBreaker(cfg.BreakerThreshold, cfg.Metrics, log, cfg.Now)
-	proc.skew = skew
+	skew := NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
+	cfg.SQS = measureSQS(skew, cfg.SQS)
+	proc := cfg.engine(log, EngineOptions{
+		System: sqsSystem, MaxAttempts: q.MaxReceiveCount, MaxDelay: MaxVisibility - time.Second,
+		MaxHoldBackoff: cfg.MaxHoldBackoff, BreakerThreshold: cfg.BreakerThreshold, Clock: skew,
+	})
 	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
 			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
@@ -142,15 +143,7 @@ func checkStore(ctx context.Context, s any) error {
 // (pollers then receive one probe message at a time), or while this clock
 // is off AWS's by more than ClockSkewMax (the worker then claims nothing).
 // /readyz reports it.
-func (w *Worker) Health() error {
-	if err := w.proc.skew.err(); err != nil {
-		return err
-	}
-	if open, dep, reason := w.proc.breaker.state(); open {
-		return fmt.Errorf("breaker open: %s keeps failing: %s", dep, reason)
-	}
-	return nil
-}
+func (w *Worker) Health() error { return w.proc.Health() }
 
 // Queue returns what the worker read about its queue.
 func (w *Worker) Queue() QueueInfo { return w.queue }
@@ -322,6 +315,9 @@ type sqsDelivery struct {
 	receivedAt time.Time
 	probe      bool   // received while the breaker was open
 	group      string // MessageGroupId, on FIFO (and fair) queues
+	// traceHeader is SQS's AWSTraceHeader system attribute: an X-Ray
+	// trace header, the parent of the message's span (Engine.withTraceHeader).
+	traceHeader string
 	// leaseFrom, when set, is when the lease was last extended while the
 	// message waited behind others of its FIFO group.
 	leaseFrom time.Time
@@ -336,18 +332,30 @@ func (d *sqsDelivery) leaseStart() time.Time {
 }
 
 func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
-	rc, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	firstRecv := m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]
 	return &sqsDelivery{
-		msg: Message{
-			ID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
-			Attributes: messageAttributes(m.MessageAttributes), ReceiveCount: max(rc, 1),
-			AWSTraceHeader: m.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)],
-		},
+		msg:     sqsMessage(aws.ToString(m.MessageId), aws.ToString(m.Body), messageAttributes(m.MessageAttributes), m.Attributes, m),
 		receipt: aws.ToString(m.ReceiptHandle), body: m.Body, attrs: m.MessageAttributes,
-		firstRecv:  m.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)],
-		receivedAt: receivedAt,
-		group:      m.Attributes[groupAttribute],
+		firstRecv:   firstRecv,
+		receivedAt:  receivedAt,
+		group:       m.Attributes[groupAttribute],
+		traceHeader: m.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)],
 	}
+}
+
+// sqsSystem is SQS's messaging.system in the message spans.
+const sqsSystem = "aws_sqs"
+
+// sqsMessage is the Message of an SQS delivery: its system attributes
+// (sys) give its Attempt, FirstReceived and Redelivered; native is the
+// SDK's or the Lambda event's record of it.
+func sqsMessage(id, body string, attrs, sys map[string]string, native any) Message {
+	rc, _ := strconv.Atoi(sys[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	m := Message{ID: id, Body: body, Attributes: attrs, Attempt: max(rc, 1), Redelivered: rc > 1, Native: native}
+	if ms, err := strconv.ParseInt(sys[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && ms > 0 {
+		m.FirstReceived = time.UnixMilli(ms)
+	}
+	return m
 }
 
 func (w *Worker) setVisibility(d *sqsDelivery, delay time.Duration, log *slog.Logger) {
