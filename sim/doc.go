@@ -8,16 +8,27 @@
 // dead-letter queue, duplicate delivery, stale receipt handles, message
 // limits), a claim table (Store, seen by each worker through a StoreView on
 // its own clock, behind a FaultyStore: errors before the write, answers
-// lost after it, throttling, latency, outages; transactional completion of
-// ledger Writes), and a payment Provider that honours idempotency keys and
-// counts the money moved per payment (the oracle). Several real
+// lost after it, throttling, latency, outages, and renewal blips: a
+// holder's renewals alone failing for about a lease while SQS still
+// extends the message, so the lease runs out on the worker's clock;
+// transactional completion of ledger Writes), and a payment Provider that
+// honours idempotency keys and counts the money moved per payment (the
+// oracle). The payment workload returns a typed receipt
+// (worker.ValueHandler) whose fee rate the seed may make a NaN the codec
+// refuses; it is keyed by payment id, by message id (the seed may then
+// publish through SNS, which delivers some publications twice, each copy
+// a second SQS message in the same envelope), or by an order number above
+// 2^53 through a key expression (worker.KeyFromJMESPath), where
+// neighbouring orders share a float64. Several real
 // worker.Worker instances consume the queue, or real worker.Lambda
 // functions (Deploy) that a simulated event source mapping invokes with
 // batches of up to ten records and a deadline, deleting what they did not
 // report as failed, and killing an invocation at its deadline with its
 // execution environment; the seed crashes them at any
 // instant (their clients then refuse every call), stalls them past their
-// lease, drains and restarts them, skews their clocks (within the lease
+// lease, drains them (a handler that outlasts the shutdown timeout runs
+// on in the process after Run returned, as in a library user's process)
+// and restarts them, skews their clocks (within the lease
 // margin, or one worker's beyond its ClockSkewMax: SQS's answers carry a
 // Date on the simulated clock, which the worker's own check reads through
 // the SDK's middleware, and that worker must claim nothing), and an

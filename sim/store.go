@@ -251,8 +251,9 @@ const (
 
 // FaultyStore is a claim store behind a fault layer: each call's fault is
 // decided by Decide from the operation, the key and the call's attempt
-// number for that operation and key, and every call fails while Outage says
-// the store is out.
+// number for that operation and key, every call fails while Outage says
+// the store is out, and a key's renewals fail for the length of a blip
+// that Blip starts.
 type FaultyStore struct {
 	// Inner is the store the calls reach. Required.
 	Inner interface {
@@ -263,6 +264,10 @@ type FaultyStore struct {
 	Decide func(op, key string, attempt int) StoreFault
 	// Outage reports whether the store is out at now. Defaults to never.
 	Outage func(now time.Time) bool
+	// Blip returns how long every renewal of key fails, starting with its
+	// n-th renewal through this client, or 0: the store fails a holder's
+	// renewals, and only those, for a while. Defaults to never.
+	Blip func(key string, n int) time.Duration
 	// Latency is how long a Slow call waits. Defaults to 2s.
 	Latency time.Duration
 	// Injected counts the faults injected, by kind; may be nil.
@@ -270,6 +275,7 @@ type FaultyStore struct {
 
 	mu       sync.Mutex
 	attempts map[string]int
+	blips    map[string]time.Time // key -> when its renewals' blip ends
 }
 
 var (
@@ -282,16 +288,32 @@ func (f *FaultyStore) fault(ctx context.Context, op, key string) (after bool, er
 		f.count("store_outage")
 		return false, fmt.Errorf("store %s %q: %w: outage", op, key, ErrUnavailable)
 	}
-	if f.Decide == nil {
+	if f.Decide == nil && f.Blip == nil {
 		return false, nil
 	}
 	f.mu.Lock()
 	if f.attempts == nil {
-		f.attempts = make(map[string]int)
+		f.attempts, f.blips = make(map[string]int), make(map[string]time.Time)
 	}
 	f.attempts[op+"\x00"+key]++
 	n := f.attempts[op+"\x00"+key]
+	blip := false
+	if op == "renew" && f.Blip != nil {
+		if now := time.Now(); now.Before(f.blips[key]) {
+			blip = true
+		} else if d := f.Blip(key, n); d > 0 {
+			f.blips[key], blip = now.Add(d), true
+			f.count("renewal_blip")
+		}
+	}
 	f.mu.Unlock()
+	if blip {
+		f.count("renewal_blip_error")
+		return false, fmt.Errorf("store %s %q: %w: renewal blip", op, key, ErrUnavailable)
+	}
+	if f.Decide == nil {
+		return false, nil
+	}
 	switch f.Decide(op, key, n) {
 	case FailBefore:
 		f.count("store_error_before")

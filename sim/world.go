@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/envelope"
+	"github.com/claimfirst/claimfirst/keyexpr"
 	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
@@ -32,7 +35,8 @@ const (
 	Crash Fault = 1 << iota
 	// Stall pauses a worker past its lease (a GC pause, SIGSTOP).
 	Stall
-	// Drain stops a worker gracefully (SIGTERM) and restarts it.
+	// Drain stops a worker gracefully (SIGTERM) and restarts it; a handler
+	// still running at the shutdown timeout runs on in the old process.
 	Drain
 	// Skew gives each worker a clock off by less than the lease margin.
 	Skew
@@ -62,10 +66,27 @@ const (
 	// ClockSkewMax (5s to 2m, either way): it must notice from SQS's
 	// answers and claim nothing, while the others do the work.
 	BadClock
+	// RenewalBlip fails a holder's lease renewals, and only those, for
+	// about a lease (15s to 45s) from a renewal the seed picks, while SQS
+	// still extends the message's visibility: the lease runs out on the
+	// worker's clock, the handler's context ends, and what the handler
+	// returns must still be completed or released (the store never said
+	// the lease is lost).
+	RenewalBlip
+	// SNSDuplicate delivers a publication again as a second SQS message
+	// carrying the same SNS envelope, as SNS may (runs that publish through
+	// SNS: message-id keys on a standard queue, one run in two).
+	SNSDuplicate
+	// Unencodable gives some payments' receipts a NaN fee the JSON codec
+	// refuses (worker.ValueHandler): the charge is made, its result cannot
+	// be stored, and the claim must still be completed, never released.
+	Unencodable
 
 	// AllFaults is every kind.
 	AllFaults = Crash | Stall | Drain | Skew | Duplicate | StaleDelete | StoreError | StoreOutage |
-		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry | BadClock
+		ProviderTimeout | ProviderOutage | LongOutage | Poison | ProducerRetry | BadClock |
+		RenewalBlip | SNSDuplicate | Unencodable
+	lastKind = Unencodable // the last kind, for loops over them
 )
 
 var faultNames = map[Fault]string{
@@ -73,6 +94,7 @@ var faultNames = map[Fault]string{
 	StaleDelete: "stale_delete", StoreError: "store_error", StoreOutage: "store_outage",
 	ProviderTimeout: "provider_timeout", ProviderOutage: "provider_outage", LongOutage: "long_outage",
 	Poison: "poison", ProducerRetry: "producer_retry", BadClock: "bad_clock",
+	RenewalBlip: "renewal_blip", SNSDuplicate: "sns_duplicate", Unencodable: "unencodable",
 }
 
 // String names the kinds in f.
@@ -144,8 +166,20 @@ type Config struct {
 	// then never retries. Defaults to false; the seed chooses when
 	// KeyMode is KeyBySeed.
 	KeyByMessageID bool
-	// KeyBySeed lets the seed choose KeyByMessageID (one run in three).
+	// KeyByNumber keys the payment workload by its order number, a JSON
+	// number above 2^53 where neighbours share a float64, through
+	// worker.KeyFromJMESPath ("order"). Defaults to false; the seed chooses
+	// when KeyBySeed is set and the run is not keyed by message id.
+	KeyByNumber bool
+	// KeyBySeed lets the seed choose KeyByMessageID (one run in three) and
+	// otherwise KeyByNumber (three runs in ten).
 	KeyBySeed bool
+	// SNS publishes the payment workload through an SNS topic: each body
+	// is an SNS notification, which the worker takes off. Only with
+	// KeyByMessageID on a standard queue, where the seed chooses it one run
+	// in two; SNSDuplicate faults then deliver a publication twice.
+	// Defaults to false.
+	SNS bool
 
 	// Deploy chooses containers, Lambda functions or both. Defaults to
 	// AnyDeploy.
@@ -262,6 +296,19 @@ type payment struct {
 	Account string `json:"account"`
 	Seq     int    `json:"seq"`
 	Amount  int64  `json:"amount"`
+	// Order is the key of a run keyed by number (Config.KeyByNumber).
+	Order uint64 `json:"order,omitempty"`
+}
+
+// firstOrder is the first order number of a run keyed by number: 2^53,
+// above which a float64 holds only every other integer, then every fourth.
+const firstOrder = 1 << 53
+
+// receipt is the payment workload's typed result (worker.ValueHandler).
+type receipt struct {
+	Charge string `json:"charge"`
+	// FeeRate is NaN for a payment the seed makes Unencodable.
+	FeeRate float64 `json:"fee_rate"`
 }
 
 // world is one run.
@@ -272,6 +319,8 @@ type world struct {
 	fifo  bool
 	burst bool // a FIFO burst (see burstDrainBound)
 	byID  bool
+	byNum bool // keyed by the order number (Config.KeyByNumber)
+	sns   bool // published through SNS (Config.SNS)
 	j     *journal
 
 	sqs      *SQS
@@ -287,6 +336,7 @@ type world struct {
 	drain    time.Duration
 	mu       sync.Mutex
 	poison   map[string]bool // payment ids (or bodies) that are poison
+	nan      map[string]bool // payment ids whose receipt does not encode (Unencodable)
 	valid    map[string]bool // payment ids that must be charged once
 	redriven bool
 }
@@ -307,8 +357,8 @@ func Simulate(cfg Config) *Result {
 	}
 	f := fate(cfg.Seed)
 	w := &world{cfg: cfg, f: f, j: newJournal(leaseMargin), start: time.Now(),
-		poison: map[string]bool{}, valid: map[string]bool{}}
-	for k := Fault(1); k <= BadClock; k <<= 1 {
+		poison: map[string]bool{}, valid: map[string]bool{}, nan: map[string]bool{}}
+	for k := Fault(1); k <= lastKind; k <<= 1 {
 		if cfg.Faults&k != 0 && f.chance(0.6, "kind", itoa(int(k))) {
 			w.kinds |= k
 		}
@@ -321,6 +371,14 @@ func Simulate(cfg Config) *Result {
 		w.fifo = f.chance(1.0/3, "fifo")
 	}
 	w.byID = cfg.KeyByMessageID || (cfg.KeyBySeed && !cfg.user() && f.chance(1.0/3, "key-by-id"))
+	w.byNum = !w.byID && !cfg.user() && (cfg.KeyByNumber || (cfg.KeyBySeed && f.chance(0.3, "key-by-number")))
+	w.sns = w.byID && !w.fifo && !cfg.user() && (cfg.SNS || (cfg.KeyBySeed && f.chance(0.5, "sns")))
+	if !w.sns {
+		w.kinds &^= SNSDuplicate
+	}
+	if cfg.user() {
+		w.kinds &^= Unencodable // the payment workload's receipts
+	}
 	if w.fifo {
 		w.kinds &^= Duplicate | StaleDelete // FIFO queues deliver exactly once
 	}
@@ -540,6 +598,12 @@ func (w *world) produce(ctx context.Context, wg *sync.WaitGroup) {
 			})
 		}
 		send(at, 1)
+		if w.on(SNSDuplicate) && f.chance(0.3, "sns-duplicate", itoa(i)) {
+			// SNS delivers the publication again: a second SQS message, the
+			// same envelope.
+			w.j.inject("sns_duplicate")
+			send(at+f.dur(0, 5*time.Minute, "sns-duplicate-at", itoa(i)), 2)
+		}
 		if w.on(ProducerRetry) && !w.byID && f.chance(0.3, "producer-retry", itoa(i)) {
 			w.j.inject("producer_retry")
 			send(at+f.dur(0, 8*time.Minute, "producer-retry-at", itoa(i)), 2)
@@ -564,7 +628,9 @@ func (w *world) body(i, groups int) (body, group, name string) {
 		return body, group, fmt.Sprintf("message %d", i)
 	}
 	p := payment{ID: fmt.Sprintf("p%d", i), Account: fmt.Sprintf("a%d", i%groups), Seq: i, Amount: int64(100 + i)}
-	b, _ := json.Marshal(p)
+	if w.byNum {
+		p.Order = firstOrder + uint64(i)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.on(Poison) && w.f.chance(0.15, "poison", itoa(i)) {
@@ -572,12 +638,34 @@ func (w *world) body(i, groups int) (body, group, name string) {
 		w.poison[p.ID] = true
 		// Valid JSON with a payment id, refused by the decoder: its amount.
 		p.Amount = -1
-		b, _ = json.Marshal(p)
-		return string(b), p.Account, p.ID
+		return w.publish(i, p), p.Account, p.ID
 	}
 	w.valid[p.ID] = true
-	return string(b), p.Account, p.ID
+	if w.on(Unencodable) && w.f.chance(0.2, "unencodable", p.ID) {
+		w.j.inject("unencodable")
+		w.nan[p.ID] = true
+	}
+	return w.publish(i, p), p.Account, p.ID
 }
+
+// publish returns payment i's body as the producer sends it: its JSON, in
+// an SNS notification when the run publishes through SNS.
+func (w *world) publish(i int, p payment) string {
+	b, _ := json.Marshal(p)
+	if !w.sns {
+		return string(b)
+	}
+	n, _ := json.Marshal(map[string]string{
+		"Type": "Notification", "MessageId": fmt.Sprintf("sns-%d-%d", w.cfg.Seed, i),
+		"TopicArn": "arn:aws:sns:eu-west-1:111122223333:payments", "Message": string(b),
+		"Timestamp": w.start.UTC().Format("2006-01-02T15:04:05.000Z"),
+	})
+	return string(n)
+}
+
+// published returns the message a body carries: the body itself, or the
+// message inside its SNS envelope.
+func published(body string) string { return envelope.Unwrap(body).Body }
 
 // decoder is the workload's decoder.
 func (w *world) decoder() worker.Decoder {
@@ -587,6 +675,10 @@ func (w *world) decoder() worker.Decoder {
 	if w.cfg.user() {
 		return worker.DecoderFunc(func(m *worker.Message) error { m.Key, m.Payload = m.OriginalID(), m.Body; return nil })
 	}
+	byOrder, err := worker.KeyFromJMESPath(keyexpr.Config{Key: "order"})
+	if err != nil {
+		panic(err)
+	}
 	return worker.DecoderFunc(func(m *worker.Message) error {
 		var p payment
 		if err := json.Unmarshal([]byte(m.Body), &p); err != nil {
@@ -595,17 +687,30 @@ func (w *world) decoder() worker.Decoder {
 		if p.ID == "" || p.Amount <= 0 {
 			return fmt.Errorf("payment %q: amount %d must be positive", p.ID, p.Amount)
 		}
-		m.Payload, m.Key = p, p.ID
-		if w.byID {
-			m.Key = m.OriginalID()
+		switch {
+		case w.byID:
+			// The default key: the message's id, or its envelope's.
+			if err := worker.KeyFromMessageID.Decode(m); err != nil {
+				return err
+			}
+		case w.byNum:
+			if err := byOrder.Decode(m); err != nil {
+				return err
+			}
+		default:
+			m.Key = p.ID
 		}
+		m.Payload = p
 		return nil
 	})
 }
 
-// handler is the payment workload's handler on node n.
+// handler is the payment workload's handler: it charges the payment under
+// the message's key, commits its ledger entry with the claim, and returns a
+// typed receipt (worker.ValueHandler), whose fee rate is NaN, refused by
+// the JSON codec, for a payment the seed made Unencodable.
 func (w *world) handler() worker.Handler {
-	return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
+	return worker.ValueHandler[receipt]{Func: func(ctx context.Context, m *worker.Message) (receipt, error) {
 		p := m.Payload.(payment)
 		if w.burst {
 			// The request's round trip: the refusal comes back after the
@@ -619,11 +724,17 @@ func (w *world) handler() worker.Handler {
 			return err
 		})
 		if err != nil {
-			return "", worker.Dependency("provider", err)
+			return receipt{}, worker.Dependency("provider", err)
 		}
 		m.Commit(worker.Tx{Writes: Writes{{Account: p.Account, Ref: p.ID, Seq: p.Seq, Amount: p.Amount, Token: m.Token}}})
-		return id, nil
-	})
+		r := receipt{Charge: id, FeeRate: 0.029}
+		w.mu.Lock()
+		if w.nan[p.ID] {
+			r.FeeRate = math.NaN()
+		}
+		w.mu.Unlock()
+		return r, nil
+	}}
 }
 
 // slot runs worker slot i: incarnations started one after another as the
@@ -836,6 +947,18 @@ func (w *world) newFaultyStore(n *node, t *Store) *FaultyStore {
 	if t != w.store {
 		roll = "once-store"
 	}
+	if w.on(RenewalBlip) {
+		fs.Blip = func(key string, attempt int) time.Duration {
+			if time.Now().After(w.start.Add(faultWindow)) || !w.f.chance(0.15, roll, "blip", n.name, key, itoa(attempt)) {
+				return 0
+			}
+			// About a lease: the lease runs out on the worker's clock
+			// unless the blip ends before the next renewal but one.
+			d := w.f.dur(15*time.Second, 45*time.Second, roll, "blip-len", n.name, key, itoa(attempt))
+			w.mark(time.Now().Add(d))
+			return d
+		}
+	}
 	if w.on(StoreError) {
 		fs.Decide = func(op, key string, attempt int) StoreFault {
 			if time.Now().After(w.start.Add(faultWindow)) {
@@ -958,7 +1081,7 @@ func (w *world) isPoison(body string) bool {
 		return true
 	}
 	var p payment
-	if w.cfg.Body == nil && json.Unmarshal([]byte(body), &p) == nil {
+	if w.cfg.Body == nil && json.Unmarshal([]byte(published(body)), &p) == nil {
 		return w.poison[p.ID]
 	}
 	return false
@@ -975,13 +1098,15 @@ func (w *world) redrive() {
 		}
 		name := body
 		var p payment
-		if json.Unmarshal([]byte(body), &p) == nil && p.ID != "" {
+		if json.Unmarshal([]byte(published(body)), &p) == nil && p.ID != "" {
 			name = p.ID
 		}
 		// Receives spent by crashes, stalls, drains and duplicate
-		// deliveries are not the schedule's to cover: the check holds
-		// where only dependency failures spent them.
-		if w.kinds&(Crash|Stall|Drain|Duplicate) == 0 && w.longestOutage() < outageCover-2*time.Minute {
+		// deliveries (SQS's or SNS's: a copy deferred behind its twin's
+		// holder spends a receive each time it finds the key held) are
+		// not the schedule's to cover: the check holds where only
+		// dependency failures spent them.
+		if w.kinds&(Crash|Stall|Drain|Duplicate|SNSDuplicate) == 0 && w.longestOutage() < outageCover-2*time.Minute {
 			w.j.violate(name, "valid message %s dead-lettered (reason %q) though every outage ended within the %s cover",
 				aws.ToString(m.MessageId), aws.ToString(m.MessageAttributes[worker.ReasonAttribute].StringValue), outageCover)
 		}
@@ -1029,7 +1154,7 @@ func (w *world) check() *Result {
 		found := dead[p]
 		for b := range dead {
 			var pp payment
-			if json.Unmarshal([]byte(b), &pp) == nil && pp.ID == p {
+			if json.Unmarshal([]byte(published(b)), &pp) == nil && pp.ID == p {
 				found = true
 			}
 		}
