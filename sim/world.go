@@ -18,6 +18,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/once"
+	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -695,6 +696,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// originalIDSecret signs the OriginalMessageId of the world's dead letters.
+const originalIDSecret origin.Secret = "sim-original-id-secret"
+
 // incarnation runs one worker process until the world stops (false) or
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
@@ -713,6 +717,8 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 			Owner:       n.name,
 			Logger:      slog.New(slog.DiscardHandler),
 			Now:         n.clock,
+			// Every worker of the world and its redrive share it.
+			OriginalIDSecret: originalIDSecret,
 		},
 	}
 	if w.burst {
