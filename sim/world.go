@@ -998,7 +998,7 @@ func (w *world) redrive() {
 	// Max: what is there now. Without it, Move also takes poison the
 	// workers dead-letter again meanwhile, and moves it back for ever.
 	n := len(w.sqs.Messages(w.dlq))
-	if _, err := redrive.Move(context.Background(), w.sqs, w.src, w.dlq, redrive.Options{Max: n}); err != nil {
+	if _, err := redrive.Move(context.Background(), w.sqs, w.src, w.dlq, redrive.Options{Max: n, Secret: originalIDSecret}); err != nil {
 		w.j.violate("world", "redrive: %v", err)
 	}
 }
