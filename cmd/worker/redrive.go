@@ -48,7 +48,12 @@ claim absorbs. -dry-run counts the messages per reason and changes nothing.
 
 A message SQS dead-lettered from another queue (its DeadLetterQueueSourceArn
 names that queue: a queue that named this dead-letter queue in its own redrive
-policy) is never moved: it is left, counted and named by its source.
+policy) is never moved: it is left, counted and named by its source. A message
+sent to the dead-letter queue directly (as the worker dead-letters) is moved
+only when its OriginalMessageId verifies with ORIGINAL_ID_SECRET (the
+workers'); one whose attribute does not verify is left and named, and one
+without (no room among its own ten attributes, or no secret) is left and named
+unless -move-unkeyed.
 
 It moves at most the messages the dead-letter queue held when it started, and
 stops when a message it moved comes back (dead-lettered again by a running
