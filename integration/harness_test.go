@@ -277,6 +277,7 @@ func (e *env) workerEnv(o workerOptions) []string {
 		"LOG_LEVEL=info",
 		"SHUTDOWN_TIMEOUT=10s",
 		"PROVIDER_TIMEOUT=2s",
+		"ORIGINAL_ID_SECRET="+string(testOriginalIDSecret),
 	)
 	return append(env, o.extraEnv...)
 }

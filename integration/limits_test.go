@@ -30,6 +30,9 @@ func runWorker(t *testing.T, e *env, cfg worker.Config) (stop func()) {
 	t.Helper()
 	cfg.QueueURL, cfg.SQS = e.queueURL, e.sqs
 	cfg.WaitTime = time.Second
+	if cfg.OriginalIDSecret == "" {
+		cfg.OriginalIDSecret = testOriginalIDSecret
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if cfg.Store == nil {
 		s, err := dynamo.New(dynamo.Config{Client: e.ddb, Table: e.table})
@@ -173,7 +176,7 @@ func TestRedriveKeepsTheMessageIDKey(t *testing.T) {
 		}
 		return len(out.Messages) == 0 && e.queueDepth(e.queueURL) == 0 && e.queueDepth(e.dlqURL) == 1
 	})
-	if _, err := redrive.Move(ctx, e.sqs, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second}); err != nil {
+	if _, err := redrive.Move(ctx, e.sqs, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second, Secret: testOriginalIDSecret}); err != nil {
 		t.Fatal(err)
 	}
 	var effects atomic.Int32
@@ -237,7 +240,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 	if _, err := e.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(e.dlqURL), ReceiptHandle: dl[0].ReceiptHandle}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := redrive.Move(ctx, e.sqs, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second}); err != nil || r.Moved != 1 {
+	if r, err := redrive.Move(ctx, e.sqs, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second, Secret: testOriginalIDSecret}); err != nil || r.Moved != 1 {
 		t.Fatalf("redrive: %+v %v", r, err)
 	}
 	metrics = worker.NewMetrics(nil)

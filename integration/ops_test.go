@@ -24,6 +24,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
@@ -235,9 +236,11 @@ func TestClaimsCommands(t *testing.T) {
 	e.assertNoDeadLetters()
 }
 
-// deadLetterAttrs is what the worker puts on a message it dead-letters.
-func deadLetterAttrs(reason, originalID string) map[string]string {
-	a := map[string]string{worker.OriginalIDAttribute: originalID, worker.FirstReceivedAttribute: "2026-01-02T03:04:05Z"}
+// deadLetterAttrs is what the worker puts on a message with body it
+// dead-letters: OriginalMessageId signed with the tests' secret.
+func deadLetterAttrs(reason, originalID, body string) map[string]string {
+	a := map[string]string{worker.FirstReceivedAttribute: "2026-01-02T03:04:05Z",
+		worker.OriginalIDAttribute: origin.Sign(testOriginalIDSecret, originalID, "2026-01-02T03:04:05Z", body)}
 	if reason != "" {
 		a[worker.ReasonAttribute] = reason
 	}
@@ -265,7 +268,7 @@ func TestRedrive(t *testing.T) {
 	ps := payments("redrive", 6)
 	reasons := []string{"provider unavailable", "provider unavailable", "provider unavailable", "provider rejected the request", "provider rejected the request", ""}
 	for i, p := range ps {
-		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs(reasons[i], fmt.Sprintf("orig-%d", i)))
+		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs(reasons[i], fmt.Sprintf("orig-%d", i), paymentBody(p)))
 	}
 
 	out := e.mustCommand(nil, "redrive", "-dry-run")
@@ -321,7 +324,8 @@ func TestRedrive(t *testing.T) {
 		if _, ok := m.MessageAttributes[worker.ReasonAttribute]; ok {
 			t.Errorf("%s still has %s", p.PaymentID, worker.ReasonAttribute)
 		}
-		if got := aws.ToString(m.MessageAttributes[worker.OriginalIDAttribute].StringValue); got != fmt.Sprintf("orig-%d", i) {
+		if got, _ := origin.Verify(testOriginalIDSecret, aws.ToString(m.MessageAttributes[worker.OriginalIDAttribute].StringValue),
+			"2026-01-02T03:04:05Z", paymentBody(p)); got != fmt.Sprintf("orig-%d", i) {
 			t.Errorf("%s: %s = %q, want orig-%d", p.PaymentID, worker.OriginalIDAttribute, got, i)
 		}
 		if got := aws.ToString(m.MessageAttributes[worker.FirstReceivedAttribute].StringValue); got != "2026-01-02T03:04:05Z" {
@@ -353,9 +357,9 @@ func TestRedriveInterruptedChargesOnce(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ps := payments("interrupted", 5)
 	for i, p := range ps {
-		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs("provider unavailable", fmt.Sprintf("orig-%d", i)))
+		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs("provider unavailable", fmt.Sprintf("orig-%d", i), paymentBody(p)))
 	}
-	r, err := redrive.Move(context.Background(), crashAfterSend{e.sqs}, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second})
+	r, err := redrive.Move(context.Background(), crashAfterSend{e.sqs}, e.queueURL, e.dlqURL, redrive.Options{Visibility: time.Second, Secret: testOriginalIDSecret})
 	if err == nil || r.Moved != 0 {
 		t.Fatalf("interrupted move = %+v, %v; want an error and nothing counted as moved", r, err)
 	}
@@ -523,7 +527,7 @@ func TestRedriveInterruptible(t *testing.T) {
 		bodies[i] = fmt.Sprintf(`{"n":%d}`, i)
 	}
 	e.sendBatch(e.dlqURL, bodies, map[string]string{worker.ReasonAttribute: "provider unavailable"})
-	p := e.start("redrive", workerOptions{}, "redrive")
+	p := e.start("redrive", workerOptions{}, "redrive", "-move-unkeyed") // no OriginalMessageId: sent as if without room
 	waitFor(t, 30*time.Second, "the move to start", func() bool { return e.queueDepth(e.queueURL) >= 20 })
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -535,7 +539,7 @@ func TestRedriveInterruptible(t *testing.T) {
 	if src+dlq != n || src == n {
 		t.Fatalf("after the interrupt: %d on the source, %d in the DLQ; want %d in all, the move stopped part way", src, dlq, n)
 	}
-	if out := e.mustCommand(nil, "redrive"); !strings.Contains(out, fmt.Sprintf("moved %d messages", dlq)) {
+	if out := e.mustCommand(nil, "redrive", "-move-unkeyed"); !strings.Contains(out, fmt.Sprintf("moved %d messages", dlq)) {
 		t.Fatalf("the second redrive printed %q, want the %d left", out, dlq)
 	}
 	if src, dlq := e.queueDepth(e.queueURL), e.queueDepth(e.dlqURL); src != n || dlq != 0 {

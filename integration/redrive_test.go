@@ -21,7 +21,7 @@ func TestRedriveByReason(t *testing.T) {
 	ps := payments("byreason", 5)
 	reasons := []string{"provider unavailable", "provider unavailable", "key reused with another request (422)", payment.ReasonReconcile, ""}
 	for i, p := range ps {
-		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs(reasons[i], fmt.Sprintf("orig-%d", i)))
+		e.sendTo(e.dlqURL, paymentBody(p), deadLetterAttrs(reasons[i], fmt.Sprintf("orig-%d", i), paymentBody(p)))
 	}
 	code, stdout, stderr := e.command(nil, "redrive", "-exclude-reason", "key reused", "-exclude-reason", "reconcile")
 	if code != 0 || !strings.Contains(stdout, "moved 3 messages") || !strings.Contains(stdout, "left 2") {
@@ -57,7 +57,7 @@ func TestRedriveStopsWhilePoisonComesBack(t *testing.T) {
 	}
 	e.sendBatch(e.dlqURL, bodies, map[string]string{"DeadLetterReason": "invalid message"})
 	e.start("w1", workerOptions{})
-	code, stdout, stderr := e.command(nil, "redrive")
+	code, stdout, stderr := e.command(nil, "redrive", "-move-unkeyed") // no OriginalMessageId: sent as if without room
 	m := regexp.MustCompile(`moved (\d+) messages`).FindStringSubmatch(stdout)
 	if code != 0 || m == nil {
 		t.Fatalf("redrive with poison coming back: exit %d, stdout %q, stderr %q; want it to finish", code, stdout, stderr)
@@ -77,7 +77,8 @@ func TestRedriveSizesBatchesByBytes(t *testing.T) {
 		bodies[i] = fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", 200<<10))
 	}
 	for _, b := range bodies { // one at a time: as a batch they are too big
-		e.sendTo(e.dlqURL, b, map[string]string{"DeadLetterReason": "provider unavailable"})
+		a := deadLetterAttrs("provider unavailable", fmt.Sprintf("orig-%d", len(b)), b)
+		e.sendTo(e.dlqURL, b, a)
 	}
 	code, stdout, stderr := e.command(nil, "redrive")
 	if code != 0 || !strings.Contains(stdout, "moved 10 messages") {

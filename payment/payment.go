@@ -44,8 +44,9 @@ const (
 	// (worker.Message.PublishedID): its SQS message id, or its SNS or
 	// EventBridge envelope's id, so only redeliveries of one message (and
 	// the copies of one publication) are deduplicated. A message the worker
-	// dead-lettered and that was redriven keeps its key (see
-	// worker.OriginalIDAttribute).
+	// dead-lettered and that was redriven keeps its key when the worker
+	// has an original-id secret (see worker.Protocol.OriginalIDSecret);
+	// without one it gets its new id as key.
 	KeyMessageID KeySource = "message_id"
 	// KeyAttributePrefix, followed by a name, keys a message by that message
 	// attribute: "attribute:Idempotency-Key".

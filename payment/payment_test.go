@@ -27,7 +27,8 @@ func TestDecoderKeySources(t *testing.T) {
 		{from: "", body: body, wantKey: "pay_1"},
 		{from: "payment_id", body: body, wantKey: "pay_1"},
 		{from: "message_id", body: body, wantKey: "msg-1"},
-		{from: "message_id", attrs: map[string]string{worker.OriginalIDAttribute: "msg-0"}, body: body, wantKey: "msg-0"},
+		// Believed only once the worker verified its MAC (worker.Protocol.OriginalIDSecret).
+		{from: "message_id", attrs: map[string]string{worker.OriginalIDAttribute: "msg-0"}, body: body, wantKey: "msg-1"},
 		{from: "attribute:Idem", attrs: map[string]string{"Idem": "order-7"}, body: body, wantKey: "order-7"},
 		{from: "attribute:Idem", body: body, permanent: true},
 		{from: "attribute:Idem", attrs: map[string]string{"Idem": strings.Repeat("k", 256)}, body: body, permanent: true},

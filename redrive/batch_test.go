@@ -28,7 +28,7 @@ func TestSizedBatch(t *testing.T) {
 		{"exactly the bytes", []int{50, 50, 1}, 100, 2},
 		{"one too large goes alone", []int{500, 1}, 100, 1},
 	} {
-		if got := sizedBatch(msgs(tc.sizes...), tc.max); got != tc.want {
+		if got := sizedBatch(msgs(tc.sizes...), tc.max, ""); got != tc.want {
 			t.Errorf("%s: sizedBatch = %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -8,9 +8,12 @@
 // message's claim absorbs. The copy keeps the body and the message
 // attributes, except the worker's DeadLetterReason, which described the
 // last failure and not the next; it keeps OriginalMessageId, and a message
-// SQS dead-lettered itself (which kept its id) gets its id there, so a key
-// taken from the message id survives the move (SQS gives a moved message a
-// new id).
+// SQS dead-lettered itself (which kept its id) gets its id there, signed
+// with Options.Secret (package origin), so a key taken from the message id
+// survives the move (SQS gives a moved message a new id). A message sent
+// to the dead-letter queue directly is moved only when its
+// OriginalMessageId verifies: the rest are left and named (Result.Unverified,
+// Result.Unkeyed; Options.MoveUnkeyed moves the unkeyed).
 //
 // Count is the dry run: it receives every message with a short visibility,
 // counts them by DeadLetterReason, and makes them visible again at once.

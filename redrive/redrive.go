@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // The message attributes the worker adds when it dead-letters a message.
@@ -22,8 +24,12 @@ import (
 const (
 	// ReasonAttribute is the worker's dead-letter reason, dropped by Move.
 	ReasonAttribute = "DeadLetterReason"
-	// OriginalIDAttribute is the id the message first arrived with, kept by Move.
+	// OriginalIDAttribute is the id the message first arrived with, signed
+	// (see package origin), kept by Move.
 	OriginalIDAttribute = "OriginalMessageId"
+	// FirstReceivedAttribute is when the message was first received,
+	// covered by OriginalIDAttribute's MAC.
+	FirstReceivedAttribute = "FirstReceivedAt"
 )
 
 // NoReason is the reason Count reports for messages without a
@@ -74,6 +80,24 @@ type Options struct {
 	// dead-letter queue directly (the worker dead-letters that way), by a
 	// principal allowed to send to it. Defaults to "": every message.
 	SourceARN string
+	// Secret is the worker's OriginalIDSecret. A message sent to the
+	// dead-letter queue directly (no DeadLetterQueueSourceArn: the worker
+	// dead-letters that way, but so could anyone allowed to send to it) is
+	// moved only when its OriginalIDAttribute verifies with it; one whose
+	// attribute does not verify (forged, or signed with another secret) is
+	// left, counted in Result.Unverified. A message SQS dead-lettered from
+	// the source queue gets its id there, signed. Defaults to "": nothing
+	// verifies, and every message is unkeyed or unverified.
+	Secret origin.Secret
+	// MoveUnkeyed moves the messages Move would leave as unkeyed
+	// (Result.Unkeyed): those without an OriginalIDAttribute that verifies
+	// and without room (or a Secret) for Move to give them one. Their
+	// moved copy gets a new id, so a key taken from the message id
+	// changes and the work can run again; and one sent to the dead-letter
+	// queue directly cannot be told from a stranger's. Safe only when the
+	// consumer keys by the payload (the payment binary's payment_id) and
+	// only the worker may send to the dead-letter queue. Defaults to false.
+	MoveUnkeyed bool
 	// MaxBatchBytes bounds the size of one send (bodies and message
 	// attributes): a batch over SQS's limit fails whole. Defaults to
 	// 256 KiB, within every SQS limit; a larger message is sent alone.
@@ -151,6 +175,9 @@ type Counts struct {
 	// dead-lettered from a queue other than Options.SourceARN (included in
 	// Total and ByReason): Move leaves them.
 	Foreign map[string]int
+	// Unverified and Unkeyed count those Move would leave as such (see
+	// Result), included in Total and ByReason.
+	Unverified, Unkeyed int
 }
 
 // Reasons returns the reasons, the most frequent first.
@@ -197,8 +224,13 @@ func Count(ctx context.Context, api API, dlqURL string, o Options) (Counts, erro
 			}
 			seen[aws.ToString(m.MessageId)] = struct{}{}
 			c.ByReason[reasonOf(m)]++
-			if src := SourceOf(m); o.SourceARN != "" && src != "" && src != o.SourceARN {
-				c.Foreign[src]++
+			switch o.classify(m) {
+			case foreign:
+				c.Foreign[SourceOf(m)]++
+			case unverified:
+				c.Unverified++
+			case unkeyed:
+				c.Unkeyed++
 			}
 			fresh++
 		}
@@ -255,6 +287,18 @@ type Result struct {
 	// dead-lettered from a queue other than Options.SourceARN: left in the
 	// dead-letter queue, visible again when Move returns.
 	Foreign map[string]int
+	// Unverified names (by their id in the dead-letter queue) the messages
+	// sent to the dead-letter queue directly whose OriginalIDAttribute
+	// does not verify with Options.Secret: forged by someone allowed to
+	// send there, or signed with another secret. Left in the dead-letter
+	// queue whatever the options.
+	Unverified []string
+	// Unkeyed names the messages left because moving them would lose the
+	// id a message-id key is taken from (see Options.MoveUnkeyed): sent
+	// directly without OriginalIDAttribute (the worker's own attributes
+	// found no room, or not the worker's), or dead-lettered by SQS with
+	// no room or no Secret to sign its id.
+	Unkeyed []string
 	// CameBack says that Move stopped because a message it had moved was
 	// back in the dead-letter queue (dead-lettered again while it ran).
 	CameBack bool
@@ -300,15 +344,22 @@ func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Re
 			default:
 				seen[id] = true
 				fresh++
-				if src := SourceOf(m); o.SourceARN != "" && src != "" && src != o.SourceARN {
+				switch k := o.classify(m); {
+				case k == foreign:
 					left[id] = m
 					if r.Foreign == nil {
 						r.Foreign = map[string]int{}
 					}
-					r.Foreign[src]++
-				} else if o.selects(reasonOf(m)) {
+					r.Foreign[SourceOf(m)]++
+				case k == unverified:
+					left[id] = m
+					r.Unverified = append(r.Unverified, id)
+				case k == unkeyed && !o.MoveUnkeyed:
+					left[id] = m
+					r.Unkeyed = append(r.Unkeyed, id)
+				case o.selects(reasonOf(m)):
 					take = append(take, m)
-				} else {
+				default:
 					left[id] = m
 					r.Left++
 				}
@@ -316,8 +367,8 @@ func Move(ctx context.Context, api API, sourceURL, dlqURL string, o Options) (Re
 		}
 		release(api, dlqURL, back)
 		for len(take) > 0 {
-			n := sizedBatch(take, o.maxBatchBytes())
-			ids, err := moveBatch(api, sourceURL, dlqURL, take[:n])
+			n := sizedBatch(take, o.maxBatchBytes(), o.Secret)
+			ids, err := moveBatch(api, sourceURL, dlqURL, take[:n], o.Secret)
 			for _, m := range take[:n] {
 				moved[originalID(m)] = true
 			}
@@ -354,13 +405,53 @@ func SourceOf(m types.Message) string {
 	return m.Attributes[string(types.MessageSystemAttributeNameDeadLetterQueueSourceArn)]
 }
 
-// originalID is the id m first arrived with: its OriginalIDAttribute, or
-// its own id.
+// originalID is what m's OriginalIDAttribute says, signed or not (to
+// recognize a message that comes back), or its own id.
 func originalID(m types.Message) string {
 	if v, ok := m.MessageAttributes[OriginalIDAttribute]; ok && aws.ToString(v.StringValue) != "" {
 		return aws.ToString(v.StringValue)
 	}
 	return aws.ToString(m.MessageId)
+}
+
+// kind is what Move may do with a message.
+type kind int
+
+const (
+	movable    kind = iota
+	foreign         // SQS dead-lettered it from another queue
+	unverified      // sent directly, with an OriginalIDAttribute that does not verify
+	unkeyed         // its moved copy could not carry a verified original id
+)
+
+// verified reports whether m's OriginalIDAttribute verifies with s.
+func verified(m types.Message, s origin.Secret) bool {
+	_, ok := origin.Verify(s, attrValue(m, OriginalIDAttribute), attrValue(m, FirstReceivedAttribute), aws.ToString(m.Body))
+	return ok
+}
+
+func attrValue(m types.Message, name string) string {
+	return aws.ToString(m.MessageAttributes[name].StringValue)
+}
+
+// classify says what m is: another queue's, a direct send that is not the
+// worker's, one whose move would lose its original id, or movable.
+func (o Options) classify(m types.Message) kind {
+	src := SourceOf(m)
+	switch {
+	case o.SourceARN != "" && src != "" && src != o.SourceARN:
+		return foreign
+	case verified(m, o.Secret):
+		return movable
+	case src == "" && attrValue(m, OriginalIDAttribute) != "":
+		return unverified
+	case src == "":
+		return unkeyed
+	}
+	if _, ok := Attributes(m, o.Secret)[OriginalIDAttribute]; !ok {
+		return unkeyed // no room or no secret to sign its id
+	}
+	return movable
 }
 
 func values(ms map[string]types.Message) []types.Message {
@@ -373,11 +464,11 @@ func values(ms map[string]types.Message) []types.Message {
 
 // sizedBatch returns how many of ms, from the first, one send takes: at
 // most ten, and at most maxBytes of bodies and attributes (one at least).
-func sizedBatch(ms []types.Message, maxBytes int) int {
+func sizedBatch(ms []types.Message, maxBytes int, secret origin.Secret) int {
 	total := 0
 	for i, m := range ms {
 		size := len(aws.ToString(m.Body))
-		for k, v := range Attributes(m) {
+		for k, v := range Attributes(m, secret) {
 			size += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
 		}
 		if i == 10 || i > 0 && total+size > maxBytes {
@@ -391,13 +482,13 @@ func sizedBatch(ms []types.Message, maxBytes int) int {
 // moveBatch sends ms to the source queue and deletes the ones sent,
 // returning the ids the moved messages were sent with. Unsent ones are
 // made visible again.
-func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message) ([]string, error) {
+func moveBatch(api API, sourceURL, dlqURL string, ms []types.Message, secret origin.Secret) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	entries := make([]types.SendMessageBatchRequestEntry, len(ms))
 	for i, m := range ms {
 		entries[i] = types.SendMessageBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), MessageBody: m.Body, MessageAttributes: Attributes(m),
+			Id: aws.String(strconv.Itoa(i)), MessageBody: m.Body, MessageAttributes: Attributes(m, secret),
 		}
 		if g, ok := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]; ok {
 			entries[i].MessageGroupId = aws.String(g)
@@ -457,18 +548,24 @@ func firstFailure(f []types.BatchResultErrorEntry) error {
 const maxAttributes = 10
 
 // Attributes returns the message attributes a moved copy of m carries:
-// m's own without ReasonAttribute, and OriginalIDAttribute set to m's id
-// when it had none (SQS keeps a message's id when it dead-letters it, so
-// that is the id the message first arrived with) and there is room.
-func Attributes(m types.Message) map[string]types.MessageAttributeValue {
+// m's own without ReasonAttribute. An OriginalIDAttribute that verifies
+// with s is kept with the FirstReceivedAttribute it covers; one that does
+// not is dropped with it. A message SQS dead-lettered (it has a
+// DeadLetterQueueSourceArn, and SQS kept its id: the id it first arrived
+// with) without a verified one gets its id, signed with s, when there is
+// a secret and room.
+func Attributes(m types.Message, s origin.Secret) map[string]types.MessageAttributeValue {
+	keep := verified(m, s)
 	out := make(map[string]types.MessageAttributeValue, len(m.MessageAttributes)+1)
 	for k, v := range m.MessageAttributes {
-		if k != ReasonAttribute {
-			out[k] = v
+		if k == ReasonAttribute || !keep && (k == OriginalIDAttribute || k == FirstReceivedAttribute) {
+			continue
 		}
+		out[k] = v
 	}
-	if _, ok := out[OriginalIDAttribute]; !ok && m.MessageId != nil && len(out) < maxAttributes {
-		out[OriginalIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: m.MessageId}
+	if !keep && s != "" && SourceOf(m) != "" && m.MessageId != nil && len(out) < maxAttributes {
+		out[OriginalIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"),
+			StringValue: aws.String(origin.Sign(s, aws.ToString(m.MessageId), "", aws.ToString(m.Body)))}
 	}
 	if len(out) == 0 {
 		return nil

@@ -63,7 +63,7 @@ func (w *world) lambdaIncarnation(ctx context.Context, n *node, killAt time.Dura
 	var cfg worker.LambdaConfig
 	cfg.Store, cfg.Handler, cfg.Decoder = store, handler, decoder
 	cfg.SQS, cfg.QueueURL = gatedSQS{n: n, api: w.sqs}, w.src
-	cfg.OutageCover, cfg.Owner, cfg.Now = outageCover, n.name, n.clock
+	cfg.OutageCover, cfg.Owner, cfg.Now, cfg.OriginalIDSecret = outageCover, n.name, n.clock, originalIDSecret
 	cfg.Logger, cfg.EMF = slog.New(slog.DiscardHandler), io.Discard
 	if n.offBy != 0 {
 		reg := prometheus.NewRegistry()

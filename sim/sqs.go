@@ -142,6 +142,7 @@ type message struct {
 	firstRecv time.Time
 	receipt   string // the latest receipt handle
 	inFlight  bool   // received, visibility not yet expired (FIFO group lock)
+	source    string // the ARN of the queue SQS dead-lettered it from (DeadLetterQueueSourceArn)
 }
 
 // CreateQueue creates a queue and returns its URL.
@@ -243,6 +244,9 @@ func (m *message) view(q *queue, receipt string, want []string) types.Message {
 	if !m.firstRecv.IsZero() {
 		attrs[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)] = strconv.FormatInt(m.firstRecv.UnixMilli(), 10)
 	}
+	if m.source != "" {
+		attrs[string(types.MessageSystemAttributeNameDeadLetterQueueSourceArn)] = m.source
+	}
 	if q.fifo {
 		attrs[string(types.MessageSystemAttributeNameMessageGroupId)] = m.group
 		attrs[string(types.MessageSystemAttributeNameMessageDeduplicationId)] = m.dedup
@@ -340,6 +344,7 @@ func (s *SQS) take(q *queue, n int, vis time.Duration, now time.Time, want []str
 			q.msgs = slices.Delete(q.msgs, i, i+1)
 			i--
 			m.visibleAt, m.inFlight, m.receipt = now, false, ""
+			m.source = "arn:aws:sqs:sim:000000000000:" + q.cfg.Name
 			q.dlq.msgs = append(q.dlq.msgs, m)
 			if q.fifo {
 				locked[m.group] = true // the rest of the group waits for the next receive

@@ -21,6 +21,7 @@ import (
 	"github.com/claimfirst/claimfirst/envelope"
 	"github.com/claimfirst/claimfirst/keyexpr"
 	"github.com/claimfirst/claimfirst/once"
+	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -806,6 +807,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// originalIDSecret signs the OriginalMessageId of the world's dead letters.
+const originalIDSecret origin.Secret = "sim-original-id-secret"
+
 // incarnation runs one worker process until the world stops (false) or
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
@@ -824,6 +828,8 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 			Owner:       n.name,
 			Logger:      slog.New(slog.DiscardHandler),
 			Now:         n.clock,
+			// Every worker of the world and its redrive share it.
+			OriginalIDSecret: originalIDSecret,
 		},
 	}
 	if w.burst {
@@ -1117,7 +1123,7 @@ func (w *world) redrive() {
 	// Max: what is there now. Without it, Move also takes poison the
 	// workers dead-letter again meanwhile, and moves it back for ever.
 	n := len(w.sqs.Messages(w.dlq))
-	if _, err := redrive.Move(context.Background(), w.sqs, w.src, w.dlq, redrive.Options{Max: n}); err != nil {
+	if _, err := redrive.Move(context.Background(), w.sqs, w.src, w.dlq, redrive.Options{Max: n, Secret: originalIDSecret}); err != nil {
 		w.j.violate("world", "redrive: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // MaxVisibility is SQS's limit on a message's visibility timeout, and on how
@@ -138,6 +139,17 @@ type Protocol struct {
 	// logged and counted, from the goroutine processing it: keep it quick.
 	// Defaults to nil.
 	OnReplay func(ctx context.Context, r Replay)
+	// OriginalIDSecret keys the MAC of OriginalIDAttribute (see package
+	// origin): the worker signs the attribute when it dead-letters a
+	// message, `worker redrive` keeps it, and a delivery's original id
+	// (Message.OriginalID, and so KeyFromMessageID's key) is taken from it
+	// only when the MAC verifies, so that no producer can choose another
+	// message's key. At least origin.MinSecretBytes; every worker and the
+	// redrive of one queue need the same one. Defaults to none: the
+	// attribute is neither written nor believed, and a redriven message is
+	// keyed by its new id (a business key, such as the payment binary's
+	// payment_id, is unaffected).
+	OriginalIDSecret origin.Secret
 }
 
 // MaxConcurrency is the most messages (or Lambda records) a worker
@@ -322,7 +334,15 @@ func (c *Config) settingErrs() []error {
 	if c.MaxRetryBackoff > MaxVisibility {
 		errs = append(errs, fieldErr("MaxRetryBackoff", c.MaxRetryBackoff, "must not exceed SQS's %s", MaxVisibility))
 	}
-	return errs
+	return append(errs, c.Protocol.secretErrs()...)
+}
+
+// secretErrs are what is wrong with f's OriginalIDSecret, never showing it.
+func (f *Protocol) secretErrs() []error {
+	if origin.Check(f.OriginalIDSecret) != nil {
+		return []error{&FieldError{Field: "OriginalIDSecret", Problem: fmt.Sprintf("must be at least %d bytes", origin.MinSecretBytes)}}
+	}
+	return nil
 }
 
 // visibilityErrs are what is wrong with v as a visibility timeout.
@@ -421,6 +441,7 @@ func (f *Protocol) engine(log *slog.Logger, o EngineOptions) *Engine {
 		retention: f.Retention, minBackoff: f.MinRetryBackoff, maxHold: o.MaxHoldBackoff,
 		schedule: s, deferSlack: time.Second, metrics: f.Metrics, log: log, now: f.Now,
 		tracer: newTracer(f.TracerProvider), onReplay: f.OnReplay, system: o.System, skew: o.Clock,
+		originSecret: f.OriginalIDSecret,
 	}}
 	if o.BreakerThreshold > 0 {
 		e.breaker = newBreaker(o.BreakerThreshold, f.Metrics, log, f.Now)

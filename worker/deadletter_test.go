@@ -7,25 +7,33 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 func strAttr(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }
 
+const testSecret origin.Secret = "0123456789abcdef-test"
+
 // TestDeadLetterAttributes: a dead-lettered message carries its reason, its
-// original id and first receipt time; a redriven one keeps the first ones;
-// every attribute the message came with survives, and the worker's own take
-// only the room left by SQS's limits (ten attributes, 1 MiB with the body).
+// original id, signed, and first receipt time; a redriven one keeps the
+// first ones when their MAC verifies and gets its own id and time when it
+// does not (a producer's forgery); without a secret no original id is
+// written (nothing would believe it); every attribute the message came
+// with survives, and the worker's own take only the room left by SQS's
+// limits (ten attributes, 1 MiB with the body).
 func TestDeadLetterAttributes(t *testing.T) {
 	t.Parallel()
 	dl := deadLetter{
 		body:      aws.String("{}"),
 		attrs:     map[string]types.MessageAttributeValue{"Tenant": strAttr("t1"), ReasonAttribute: strAttr("old reason")},
-		messageID: "m-2", firstRecv: "1764806400000", reason: "bad body",
+		messageID: "m-2", firstRecv: "1764806400000", reason: "bad body", secret: testSecret,
 	}
 	got, omitted := dl.attributes()
-	want := map[string]string{ReasonAttribute: "bad body", OriginalIDAttribute: "m-2", FirstReceivedAttribute: "2025-12-04T00:00:00Z", "Tenant": "t1"}
+	want := map[string]string{ReasonAttribute: "bad body", FirstReceivedAttribute: "2025-12-04T00:00:00Z", "Tenant": "t1",
+		OriginalIDAttribute: origin.Sign(testSecret, "m-2", "2025-12-04T00:00:00Z", "{}")}
 	if len(got) != len(want) || len(omitted) != 0 {
 		t.Errorf("attributes %v (omitted %v), want %v", got, omitted, want)
 	}
@@ -36,12 +44,29 @@ func TestDeadLetterAttributes(t *testing.T) {
 	}
 
 	// Redriven and dead-lettered again: the first id and time stay.
-	dl.attrs[OriginalIDAttribute] = strAttr("m-1")
+	signed := origin.Sign(testSecret, "m-1", "2025-12-01T00:00:00Z", "{}")
+	dl.attrs[OriginalIDAttribute] = strAttr(signed)
 	dl.attrs[FirstReceivedAttribute] = strAttr("2025-12-01T00:00:00Z")
 	got, _ = dl.attributes()
-	if aws.ToString(got[OriginalIDAttribute].StringValue) != "m-1" || aws.ToString(got[FirstReceivedAttribute].StringValue) != "2025-12-01T00:00:00Z" {
+	if aws.ToString(got[OriginalIDAttribute].StringValue) != signed || aws.ToString(got[FirstReceivedAttribute].StringValue) != "2025-12-01T00:00:00Z" {
 		t.Errorf("redriven: %v", got)
 	}
+
+	// A producer's OriginalMessageId and FirstReceivedAt: replaced by the
+	// message's own, signed.
+	dl.attrs[OriginalIDAttribute] = strAttr("victim")
+	got, _ = dl.attributes()
+	if v := aws.ToString(got[OriginalIDAttribute].StringValue); v != want[OriginalIDAttribute] || aws.ToString(got[FirstReceivedAttribute].StringValue) != want[FirstReceivedAttribute] {
+		t.Errorf("forged: %s = %q, %s = %q; want the message's own, signed", OriginalIDAttribute, v, FirstReceivedAttribute, aws.ToString(got[FirstReceivedAttribute].StringValue))
+	}
+
+	// No secret: no original id (a producer's dropped), the rest as before.
+	dl.secret = ""
+	got, omitted = dl.attributes()
+	if _, ok := got[OriginalIDAttribute]; ok || len(omitted) != 0 || aws.ToString(got[ReasonAttribute].StringValue) != "bad body" {
+		t.Errorf("no secret: %v (omitted %v); want no %s", got, omitted, OriginalIDAttribute)
+	}
+	dl.secret = testSecret
 
 	for _, tc := range []struct {
 		own      int

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/claimfirst/claimfirst/once"
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // Message is one delivery of a message as the decoder and the handler see
@@ -68,14 +70,20 @@ type Message struct {
 	FirstAt time.Time
 
 	tx *Tx // what the handler committed with the completion (Commit)
+	// originalID is the id OriginalIDAttribute vouches for, once the
+	// protocol verified its MAC (Protocol.OriginalIDSecret); "" otherwise.
+	originalID string
 }
 
-// OriginalID returns the id the message first arrived with: the
-// OriginalIDAttribute of a message the worker dead-lettered and that was
-// redriven since, else its SQS message id.
+// OriginalID returns the id the message first arrived with: that of a
+// message the worker dead-lettered and `worker redrive` moved back since,
+// as its OriginalIDAttribute says when the attribute's MAC verifies with
+// Protocol.OriginalIDSecret (see package origin); else its SQS message id.
+// An attribute set by anyone else (a producer choosing another message's
+// key) is not believed, nor any without a secret.
 func (m *Message) OriginalID() string {
-	if v := m.Attributes[OriginalIDAttribute]; v != "" {
-		return v
+	if m.originalID != "" {
+		return m.originalID
 	}
 	return m.ID
 }
@@ -194,3 +202,25 @@ func reason(err error) string {
 // ErrConfig marks a configuration the worker refuses to start with; the
 // binary exits with status 2 on it.
 var ErrConfig = errors.New("worker: bad configuration")
+
+// verifyOrigin believes m's OriginalIDAttribute if its MAC verifies with
+// secret over the body as delivered and m's FirstReceivedAttribute, and
+// logs a WARN naming the message when it carries one that does not (a
+// producer's forgery, a value signed with another secret, or any value
+// without a secret). Called once per delivery, before the body is
+// unwrapped or decoded.
+func verifyOrigin(m *Message, secret origin.Secret, log *slog.Logger) {
+	v, ok := m.Attributes[OriginalIDAttribute]
+	if !ok {
+		return
+	}
+	if id, ok := origin.Verify(secret, v, m.Attributes[FirstReceivedAttribute], m.Body); ok {
+		m.originalID = id
+		return
+	}
+	why := "its MAC does not verify"
+	if secret == "" {
+		why = "no original-id secret is set"
+	}
+	log.Warn("ignoring the message's "+OriginalIDAttribute+" attribute: "+why+"; keyed by its own id", slog.String("reason", why))
+}

@@ -96,6 +96,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
 		errs = append(errs, fieldErr("MaxRetryBackoff", cfg.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", cfg.MinRetryBackoff))
 	}
+	errs = append(errs, cfg.Protocol.secretErrs()...)
 	if err := joinConfig(errs); err != nil {
 		return nil, err
 	}
@@ -255,6 +256,7 @@ func (lr lambdaRecord) DeadLetter(reason string) bool {
 	dl := deadLetter{
 		body: aws.String(r.Body), attrs: lambdaAttributes(r.MessageAttributes), messageID: r.MessageId,
 		firstRecv: r.Attributes[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], reason: reason,
+		secret: l.cfg.OriginalIDSecret,
 	}
 	if l.queue.DeadLetterFIFO {
 		dl.groupID = cmp.Or(r.Attributes[groupAttribute], r.MessageId)

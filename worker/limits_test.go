@@ -12,6 +12,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/internal/syncbuf"
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // TestProcessResultTooLarge: a handler whose result does not fit the claim
@@ -57,9 +58,11 @@ func TestKeyFromMessageIDKeepsTheOriginalID(t *testing.T) {
 		want string
 	}{
 		{"first delivery", Message{ID: "m-1"}, "m-1"},
-		{"redriven by worker redrive", Message{ID: "m-2", Attributes: map[string]string{OriginalIDAttribute: "m-1"}}, "m-1"},
+		{"redriven by worker redrive", Message{ID: "m-2", Body: "b", Attributes: map[string]string{OriginalIDAttribute: origin.Sign(testSecret, "m-1", "", "b")}}, "m-1"},
+		{"unsigned: not believed", Message{ID: "m-2", Attributes: map[string]string{OriginalIDAttribute: "m-1"}}, "m-2"},
 	} {
 		m := tc.m
+		verifyOrigin(&m, testSecret, slog.New(slog.DiscardHandler))
 		if err := KeyFromMessageID.Decode(&m); err != nil || m.Key != tc.want {
 			t.Errorf("%s: key %q, %v; want %q", tc.name, m.Key, err, tc.want)
 		}

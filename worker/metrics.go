@@ -62,6 +62,9 @@ type Metrics struct {
 	// resultsNotStored counts claims completed without their result.
 	resultsNotStored prometheus.Counter
 	replays          *prometheus.CounterVec
+	// droppedAttributes counts the worker's attributes left off
+	// dead-letter copies for lack of room, by attribute.
+	droppedAttributes *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -123,6 +126,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_results_not_stored_total",
 			Help: "Claims completed without their handler's result because it was too large to store (claimstore.MaxResultBytes): the work is done once, and duplicates are acked without the result.",
 		}),
+		droppedAttributes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimfirst_dead_letter_attributes_dropped_total",
+			Help: "The worker's attributes left off dead-letter copies because the message's own filled SQS's limits, by attribute: without OriginalMessageId a redrive changes a message-id key (worker redrive leaves such copies unless -move-unkeyed).",
+		}, []string{"attribute"}),
 	}
 	m.replays = newReplays()
 	for _, o := range outcomes {
@@ -144,7 +151,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // collectors returns every metric of m, for registering.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
-		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored, m.replays}
+		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored, m.replays,
+		m.droppedAttributes}
 }
 
 // KnownDependencies exports claimfirst_retries_total and

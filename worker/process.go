@@ -15,6 +15,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/once"
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // Action is what a transport does with a delivery after the protocol ran.
@@ -254,6 +255,8 @@ type processor struct {
 	log        *slog.Logger
 	now        func() time.Time
 	onReplay   func(context.Context, Replay) // nil: none
+	// originSecret verifies OriginalIDAttribute ("": nothing verifies).
+	originSecret origin.Secret
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
@@ -263,6 +266,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	ctx, span := p.startMessage(ctx, m)
 	defer func() { endMessage(span, m, disp) }()
 	log := p.log.With(slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
+	verifyOrigin(m, p.originSecret, log)
 	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
 	}

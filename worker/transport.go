@@ -228,7 +228,7 @@ func (q queuedDelivery) DeadLetter(reason string) bool {
 // SQS's own redrive (or retention) and logged.
 func (t *transport) sendToDeadLetter(d *sqsDelivery, reason string, log *slog.Logger) bool {
 	w := t.w
-	dl := deadLetter{body: d.body, attrs: d.attrs, messageID: d.msg.ID, firstRecv: d.firstRecv, reason: reason}
+	dl := deadLetter{body: d.body, attrs: d.attrs, messageID: d.msg.ID, firstRecv: d.firstRecv, reason: reason, secret: w.cfg.OriginalIDSecret}
 	if w.queue.DeadLetterFIFO {
 		dl.groupID = cmp.Or(d.group, d.msg.ID)
 	}

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/origin"
 )
 
 // The message attributes the worker adds to a message it dead-letters.
@@ -19,10 +22,12 @@ const (
 	// ReasonAttribute carries the reason the message was dead-lettered.
 	ReasonAttribute = "DeadLetterReason"
 	// OriginalIDAttribute carries the SQS message id of the message as it
-	// first arrived. SQS gives a moved or redriven message a new id; a key
-	// taken from the message id uses this one when present, so a redriven
-	// message keeps its key. Kept, not overwritten, when a redriven message
-	// is dead-lettered again.
+	// first arrived, with a MAC ("<id>.<mac>", see package origin). SQS
+	// gives a moved or redriven message a new id; a key taken from the
+	// message id uses this one when its MAC verifies, so a redriven
+	// message keeps its key. Written only with Protocol.OriginalIDSecret;
+	// kept, not overwritten, when a redriven message is dead-lettered
+	// again; replaced when it does not verify.
 	OriginalIDAttribute = "OriginalMessageId"
 	// FirstReceivedAttribute carries when the message was first received
 	// (RFC 3339, from SQS's ApproximateFirstReceiveTimestamp), kept like
@@ -385,6 +390,8 @@ type deadLetter struct {
 	// a FIFO queue: the copy is sent in the same group, with a
 	// deduplication id derived from messageID. Empty: a standard queue.
 	groupID string
+	// secret signs the copy's OriginalIDAttribute (Protocol.OriginalIDSecret); "": none is written.
+	secret origin.Secret
 }
 
 // maxMessageAttributes is SQS's limit per message.
@@ -396,32 +403,42 @@ const maxMessageBytes = 1 << 20
 
 // attributes returns the attributes of the message's dead-letter copy:
 // every attribute the message came with, and of the worker's own (the
-// original message id, the reason, the first receipt time, in that order)
-// those there is room for within SQS's limits of ten attributes and 1 MiB
-// with the body. The worker's own never displace the message's: a message
-// with ten attributes gets none of them (its reason is in the log and the
-// claim's last_error). An original id and first receipt time the message
-// already carries (it was redriven) are kept; a reason it carries is the
-// last failure's, and is replaced.
+// original message id, signed with the secret, the reason, the first
+// receipt time, in that order) those there is room for within SQS's
+// limits of ten attributes and 1 MiB with the body. The worker's own never
+// displace the message's: a message with ten attributes gets none of them
+// (its reason is in the log and the claim's last_error). An original id
+// and first receipt time the message already carries (it was redriven)
+// are kept when the id's MAC verifies, and replaced by the message's own
+// when it does not (nobody else may choose them); a reason it carries is
+// the last failure's, and is replaced. Without a secret no original id is
+// written: nothing would believe it.
 func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue, omitted []string) {
 	str := func(v string) types.MessageAttributeValue {
 		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 	}
+	body := aws.ToString(dl.body)
+	_, signed := origin.Verify(dl.secret, aws.ToString(dl.attrs[OriginalIDAttribute].StringValue),
+		aws.ToString(dl.attrs[FirstReceivedAttribute].StringValue), body)
 	out := make(map[string]types.MessageAttributeValue, maxMessageAttributes)
-	size := len(aws.ToString(dl.body))
+	size := len(body)
 	for k, v := range dl.attrs {
-		if k != ReasonAttribute {
-			out[k] = v
-			size += attributeBytes(k, v)
+		if k == ReasonAttribute || !signed && (k == OriginalIDAttribute || k == FirstReceivedAttribute) {
+			continue
 		}
+		out[k] = v
+		size += attributeBytes(k, v)
 	}
 	var own []string
 	var values []types.MessageAttributeValue
-	if _, ok := out[OriginalIDAttribute]; !ok && dl.messageID != "" {
-		own, values = append(own, OriginalIDAttribute), append(values, str(dl.messageID))
+	if !signed && dl.secret != "" && dl.messageID != "" {
+		// Its value, signed over the first receipt time if that fits, is
+		// made below; its length does not depend on what it covers.
+		own = append(own, OriginalIDAttribute)
+		values = append(values, str(strings.Repeat("x", origin.SignedLen(len(dl.messageID)))))
 	}
 	own, values = append(own, ReasonAttribute), append(values, str(truncate(dl.reason, 1024)))
-	if _, ok := out[FirstReceivedAttribute]; !ok {
+	if !signed {
 		if ms, err := strconv.ParseInt(dl.firstRecv, 10, 64); err == nil && ms > 0 {
 			own = append(own, FirstReceivedAttribute)
 			values = append(values, str(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
@@ -435,6 +452,9 @@ func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue
 		}
 		out[k] = values[i]
 		size += n
+	}
+	if _, ok := out[OriginalIDAttribute]; ok && !signed {
+		out[OriginalIDAttribute] = str(origin.Sign(dl.secret, dl.messageID, aws.ToString(out[FirstReceivedAttribute].StringValue), body))
 	}
 	if len(out) == 0 {
 		return nil, omitted
@@ -457,8 +477,16 @@ func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metri
 	}
 	attrs, omitted := dl.attributes()
 	if len(omitted) > 0 {
-		log.Warn("dead-letter copy without some of the worker's attributes: the message's own fill SQS's limits",
-			slog.Any("omitted", omitted), slog.String("reason", dl.reason))
+		// Without OriginalIDAttribute a redriven copy gets a new id, so a
+		// message-id key changes and the work can run again; without
+		// ReasonAttribute no -exclude-reason can hold it back.
+		// `worker redrive` leaves such copies unless told otherwise.
+		log.Error("dead-letter copy without some of the worker's attributes: the message's own fill SQS's limits; "+
+			"without "+OriginalIDAttribute+" a redrive gives it a new id, and a key taken from the message id changes",
+			slog.Any("dropped", omitted), slog.String("reason", dl.reason))
+		for _, a := range omitted {
+			metrics.droppedAttributes.WithLabelValues(a).Inc()
+		}
 	}
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: attrs}
 	if dl.groupID != "" {

@@ -33,6 +33,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	cfg.Store, cfg.Handler, cfg.Decoder = ap.store, ap.handler, ap.decoder
 	cfg.QueueURL, cfg.Retention, cfg.Concurrency, cfg.Logger = *queueURL, *a.retention, *concurrency, ap.log
 	cfg.TracerProvider, cfg.ClockSkewMax = ap.tracing.TracerProvider(), *clockSkewMax
+	cfg.OriginalIDSecret = ap.originID
 	if *queueURL != "" {
 		cfg.SQS = sqs.NewFromConfig(ap.aws, ap.tracing.sqs)
 	}

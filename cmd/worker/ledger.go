@@ -56,6 +56,9 @@ func (a *appSettings) buildLedger(ctx context.Context, io stdio) (*app, error) {
 		return nil, err
 	}
 	ap := &app{log: log, aws: cfg, tracing: tr, handler: ledger.Handler{Table: *a.ledger.table}, decoder: ledger.Decoder{}}
+	if ap.originID, err = a.origin.secret(ctx, cfg); err != nil {
+		return nil, err
+	}
 	ap.setStore(store)
 	if ap.pg != nil { // the entries go in the claims' database: <LEDGER_TABLE>_entries and _accounts
 		ap.handler = ledger.SQLHandler{Tables: *a.ledger.table}

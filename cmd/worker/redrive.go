@@ -29,6 +29,10 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 	native := s.fs.Bool("native", false, "use SQS's StartMessageMoveTask: faster for big queues, but it keeps DeadLetterReason, "+
 		"gives messages SQS dead-lettered itself a new id (a message_id key changes), and has no -max; it names no destination, so each message "+
 		"goes back to the queue SQS dead-lettered it from (another queue's to that queue; the worker's own have none, and SQS cannot move them); falls back to the loop where unsupported")
+	moveUnkeyed := s.fs.Bool("move-unkeyed", false, "also move the messages whose moved copy cannot carry a verified OriginalMessageId (the worker had no room for it, "+
+		"or no ORIGINAL_ID_SECRET): they get a new id, so a message_id key changes and a charge can run again; safe only with a payment_id key "+
+		"and only the worker allowed to send to the dead-letter queue")
+	orig := defineOrigin(s)
 	var reasons, excluded stringList
 	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text (repeatable; \"none\" matches those SQS moved itself)")
 	s.fs.Var(&excluded, "exclude-reason", "leave messages whose DeadLetterReason contains this text in the dead-letter queue (repeatable), e.g. \"reconcile\"")
@@ -44,7 +48,12 @@ claim absorbs. -dry-run counts the messages per reason and changes nothing.
 
 A message SQS dead-lettered from another queue (its DeadLetterQueueSourceArn
 names that queue: a queue that named this dead-letter queue in its own redrive
-policy) is never moved: it is left, counted and named by its source.
+policy) is never moved: it is left, counted and named by its source. A message
+sent to the dead-letter queue directly (as the worker dead-letters) is moved
+only when its OriginalMessageId verifies with ORIGINAL_ID_SECRET (the
+workers'); one whose attribute does not verify is left and named, and one
+without (no room among its own ten attributes, or no secret) is left and named
+unless -move-unkeyed.
 
 It moves at most the messages the dead-letter queue held when it started, and
 stops when a message it moved comes back (dead-lettered again by a running
@@ -87,10 +96,17 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 	if err != nil {
 		return err
 	}
+	secret, err := orig.secret(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if secret == "" {
+		fmt.Fprintln(io.stderr, "worker redrive: no ORIGINAL_ID_SECRET: no dead letter the worker sent can be verified, so none is moved without -move-unkeyed")
+	}
 	depth := approximateDepth(ctx, api, q.DeadLetterURL)
 	prog := newProgress(io.stderr, depth)
 	o := redrive.Options{Max: *maxN, Progress: prog.update, Reasons: reasons.match(), ExcludeReasons: excluded.match(), Depth: max(depth, 0),
-		SourceARN: srcARN}
+		SourceARN: srcARN, Secret: secret, MoveUnkeyed: *moveUnkeyed}
 
 	if *dryRun {
 		c, err := redrive.Count(ctx, api, q.DeadLetterURL, o)
@@ -100,6 +116,10 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 		}
 		fmt.Fprintf(io.stdout, "dead-letter queue %s: %d messages (dry run: nothing moved)\n", q.DeadLetterURL, c.Total)
 		printForeign(io.stdout, c.Foreign)
+		if c.Unverified+c.Unkeyed > 0 {
+			fmt.Fprintf(io.stdout, "%d whose %s does not verify, %d without %s (a move would leave them: see worker redrive -h)\n",
+				c.Unverified, redrive.OriginalIDAttribute, c.Unkeyed, redrive.OriginalIDAttribute)
+		}
 		for _, cat := range reasonCategories(c.ByReason) {
 			fmt.Fprintf(io.stdout, "%6d  %s\n", cat.count, cat.name)
 			if cat.kinds > 1 {
@@ -127,6 +147,10 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 	}
 	fmt.Fprintln(io.stdout)
 	printForeign(io.stdout, r.Foreign)
+	printLeft(io.stdout, r.Unverified, "whose "+redrive.OriginalIDAttribute+" does not verify (sent to the dead-letter queue by someone other than the worker, "+
+		"or signed with another ORIGINAL_ID_SECRET; never moved)")
+	printLeft(io.stdout, r.Unkeyed, "without "+redrive.OriginalIDAttribute+" (moved, they would get new ids and a message_id key would change; "+
+		"-move-unkeyed moves them)")
 	if r.CameBack {
 		fmt.Fprintln(io.stdout, "stopped: a message it moved was dead-lettered again while it ran; read its DeadLetterReason (worker redrive -dry-run) before moving it again")
 	}
@@ -152,6 +176,17 @@ func printForeign(w io.Writer, foreign map[string]int) {
 	fmt.Fprintf(w, "left %d from another queue (dead-lettered there by SQS; never moved to this queue), by source:\n", n)
 	for _, src := range slices.Sorted(maps.Keys(foreign)) {
 		fmt.Fprintf(w, "%6d  %s\n", foreign[src], src)
+	}
+}
+
+// printLeft names the messages left in the dead-letter queue for why.
+func printLeft(w io.Writer, ids []string, why string) {
+	if len(ids) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "left %d %s:\n", len(ids), why)
+	for _, id := range ids {
+		fmt.Fprintf(w, "        %s\n", id)
 	}
 }
 

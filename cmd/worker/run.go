@@ -20,6 +20,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
@@ -34,6 +35,7 @@ type appSettings struct {
 	lookup, allowHTTP, strict                                           *bool
 	ledger                                                              ledgerSettings
 	pg                                                                  pgSettings
+	origin                                                              originSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -53,6 +55,7 @@ func defineApp(s *settings) *appSettings {
 		lookup:            s.Bool("provider-lookup", "PROVIDER_LOOKUP", true, "look a payment up at the provider before retrying it past the key lifetime (false: set it aside to reconcile)"),
 		ledger:            defineLedger(s),
 		pg:                definePostgres(s),
+		origin:            defineOrigin(s),
 		strict:            s.Bool("payment-strict", "PAYMENT_STRICT", false, "dead-letter payment messages with fields other than payment_id, amount and currency (false: ignore them, logging each name once)"),
 	}
 }
@@ -69,6 +72,7 @@ type app struct {
 	keyLifetime time.Duration
 	lookup      bool     // PROVIDER_LOOKUP
 	tracing     *tracing // OTEL_*: off unless they turn it on
+	originID    origin.Secret
 }
 
 // warnKeyLifetime says at start when a message can be retried after the
@@ -160,6 +164,13 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 		}
 	}
 	ap := &app{log: log, aws: cfg, tracing: tr}
+	if ap.originID, err = a.origin.secret(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if keyFrom == payment.KeyMessageID && ap.originID == "" {
+		log.Warn("IDEMPOTENCY_KEY_FROM=message_id without ORIGINAL_ID_SECRET: a redriven message is keyed by its new id, " +
+			"so a dead letter moved back by worker redrive can run again; set ORIGINAL_ID_SECRET (the same for every worker and the redrive)")
+	}
 	ap.setStore(store)
 	h := payment.Handler{Provider: client, KeyLifetime: *a.keyLifetime}
 	if *a.lookup {
@@ -285,6 +296,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	// still ends it.
 	cfg.SQS, cfg.Store, cfg.Handler, cfg.Decoder = sqs.NewFromConfig(ap.aws, ap.tracing.sqs), ap.store, ap.handler, ap.decoder
 	cfg.Retention, cfg.Logger, cfg.Metrics, cfg.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
+	cfg.OriginalIDSecret = ap.originID
 	w, err := worker.New(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
