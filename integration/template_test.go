@@ -140,8 +140,7 @@ func TestTemplateDeadLetterQueueTakesOnlyTheQueue(t *testing.T) {
 		params := map[string]any{"FifoQueue": fifo}
 		name := d.eval(t, tmplMap(t, queue["Properties"])["QueueName"], params)
 		var nameSub string
-		switch n := name.(type) {
-		case map[string]any:
+		if n, ok := name.(map[string]any); ok {
 			if r, ok := tmplRef(n); ok {
 				nameSub = "${" + r + "}"
 			} else {

@@ -110,7 +110,7 @@ func (c *compiled) value(d *document) (any, error) {
 	if err != nil && !ambiguous {
 		return nil, err
 	}
-	if !ambiguous && !(c.writesNumbers && r.inexact) {
+	if !ambiguous && (!c.writesNumbers || !r.inexact) {
 		return v, nil
 	}
 	// The float64 search alone cannot say: search the payload as written.

@@ -159,7 +159,8 @@ func TestCut(t *testing.T) {
 		t.Fatalf("client read after a cut: err = %v, want the connection ended", err)
 	}
 	select {
-	case <-u.ends:
+	case err := <-u.ends:
+		t.Logf("upstream saw the connection end: %v", err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("upstream did not see the cut connection end")
 	}

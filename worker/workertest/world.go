@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -166,7 +165,7 @@ func (s *scenario) protocol(inc *incarnation) worker.Protocol {
 			s.replays[r.Key]++
 			s.mu.Unlock()
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	}
 }
 
