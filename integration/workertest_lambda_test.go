@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,7 +66,6 @@ type lambdaEnv struct {
 	fn     *worker.Lambda
 	cancel context.CancelFunc
 	done   chan struct{}
-	once   sync.Once
 }
 
 func (d *door) startLambda(ctx context.Context, p worker.Protocol) (workertest.Consumer, error) {

@@ -334,7 +334,7 @@ func (c *Config) settingErrs() []error {
 	if c.MaxRetryBackoff > MaxVisibility {
 		errs = append(errs, fieldErr("MaxRetryBackoff", c.MaxRetryBackoff, "must not exceed SQS's %s", MaxVisibility))
 	}
-	return append(errs, c.Protocol.secretErrs()...)
+	return append(errs, c.secretErrs()...)
 }
 
 // secretErrs are what is wrong with f's OriginalIDSecret, never showing it.

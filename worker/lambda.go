@@ -96,7 +96,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
 		errs = append(errs, fieldErr("MaxRetryBackoff", cfg.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", cfg.MinRetryBackoff))
 	}
-	errs = append(errs, cfg.Protocol.secretErrs()...)
+	errs = append(errs, cfg.secretErrs()...)
 	if err := joinConfig(errs); err != nil {
 		return nil, err
 	}
