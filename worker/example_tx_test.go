@@ -34,5 +34,5 @@ func ExampleMessage_Commit() {
 		})
 		return "shipped", nil
 	})
-	_ = worker.Config{Protocol: worker.Protocol{Handler: h}} // with Store: a *dynamo.Store
+	_ = worker.Protocol{Handler: h} // with Store: a *dynamo.Store; embedded in each transport's configuration (sqsworker.Config, ...)
 }

@@ -203,6 +203,31 @@ func reason(err error) string {
 // binary exits with status 2 on it.
 var ErrConfig = errors.New("worker: bad configuration")
 
+// ErrShutdownTimeout is returned by a transport's Run when in-flight work
+// had not ended within its shutdown timeout of its context's end, even
+// after cancellation.
+var ErrShutdownTimeout = errors.New("worker: shutdown timeout: handlers still running")
+
+// The message attributes a transport adds to a message it dead-letters,
+// and that the protocol reads back (OriginalID) when a dead letter is
+// moved back to its queue (package redrive).
+const (
+	// ReasonAttribute carries the reason the message was dead-lettered.
+	ReasonAttribute = "DeadLetterReason"
+	// OriginalIDAttribute carries the broker's message id of the message
+	// as it first arrived, with a MAC ("<id>.<mac>", see package origin).
+	// SQS gives a moved or redriven message a new id; a key taken from the
+	// message id uses this one when its MAC verifies, so a redriven
+	// message keeps its key. Written only with Protocol.OriginalIDSecret;
+	// kept, not overwritten, when a redriven message is dead-lettered
+	// again; replaced when it does not verify.
+	OriginalIDAttribute = "OriginalMessageId"
+	// FirstReceivedAttribute carries when the message was first received
+	// (RFC 3339, from Message.FirstReceived: SQS's
+	// ApproximateFirstReceiveTimestamp), kept like OriginalIDAttribute.
+	FirstReceivedAttribute = "FirstReceivedAt"
+)
+
 // verifyOrigin believes m's OriginalIDAttribute if its MAC verifies with
 // secret over the body as delivered and m's FirstReceivedAttribute, and
 // logs a WARN naming the message when it carries one that does not (a

@@ -3,14 +3,11 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/keyexpr"
@@ -80,23 +77,15 @@ func TestJMESPathKeysThroughEnvelopes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-				EMF: io.Discard,
-				Protocol: worker.Protocol{
-					Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
-					KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
-				},
+			e := engine(t, worker.Protocol{
+				Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
+				KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			fails := 0
 			for i, b := range tc.bodies {
-				resp, err := l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: fmt.Sprint("m", i), Body: b}}})
-				if err != nil {
-					t.Fatal(err)
+				if !deliver(e, worker.Message{ID: fmt.Sprint("m", i), Body: b}) {
+					fails++
 				}
-				fails += len(resp.BatchItemFailures)
 			}
 			if fmt.Sprint(rec.keys) != fmt.Sprint(tc.wantKeys) || fmt.Sprint(rec.envs) != fmt.Sprint(tc.wantEnv) || fails != tc.wantFails {
 				t.Errorf("handled keys %q envelopes %q, %d failures; want %q, %q, %d", rec.keys, rec.envs, fails, tc.wantKeys, tc.wantEnv, tc.wantFails)
@@ -123,25 +112,21 @@ func ExampleKeyFromJMESPath() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		EMF: io.Discard,
-		Protocol: worker.Protocol{
-			Store: memory.New(memory.Config{}), Retention: 24 * time.Hour, Decoder: dec,
-			Logger: slog.New(slog.DiscardHandler),
-			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
-				fmt.Println("charging", m.Key, "from", m.Envelope)
-				return "charged", nil
-			}),
-		},
-	})
+	e, err := worker.NewEngine(worker.Protocol{
+		Store: memory.New(memory.Config{}), Retention: 24 * time.Hour, Decoder: dec,
+		Logger: slog.New(slog.DiscardHandler),
+		Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
+			fmt.Println("charging", m.Key, "from", m.Envelope)
+			return "charged", nil
+		}),
+	}, worker.EngineOptions{})
 	if err != nil {
 		panic(err)
 	}
 	order := `{"order_id":"ord_7","amount":1999,"currency":"EUR"}`
-	for _, id := range []string{"sqs-1", "sqs-2"} { // two deliveries of one publication
-		_, _ = l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
-			{MessageId: id, Body: snsWrapped("sns-7", order)},
-		}})
+	for _, id := range []string{"sqs-1", "sqs-2"} { // two deliveries of one publication, as any transport hands them over
+		m := &worker.Message{ID: id, Body: snsWrapped("sns-7", order), Attempt: 1}
+		e.Process(context.Background(), m, worker.Hold{Until: time.Now().Add(time.Minute)})
 	}
 	// Output:
 	// charging ord_7 from sns
@@ -173,20 +158,13 @@ func TestKeyExpressionRoots(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &recorder{}
-			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-				EMF: io.Discard,
-				Protocol: worker.Protocol{
-					Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
-					KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
-				},
+			e := engine(t, worker.Protocol{
+				Store: memory.New(memory.Config{}), Retention: time.Hour, Handler: rec, Decoder: dec,
+				KeepEnvelopes: tc.keep, Logger: slog.New(slog.DiscardHandler),
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			for i, b := range []string{placed, paid} {
-				resp, err := l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: fmt.Sprint("m", i), Body: b}}})
-				if err != nil || len(resp.BatchItemFailures) > 0 {
-					t.Fatalf("Handle: %+v, %v", resp, err)
+				if !deliver(e, worker.Message{ID: fmt.Sprint("m", i), Body: b}) {
+					t.Fatalf("delivery %d not done", i)
 				}
 			}
 			if fmt.Sprint(rec.keys) != fmt.Sprint(tc.wantKeys) {

@@ -70,7 +70,7 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them with reg (nil: not
 // registered, as in tests that run many workers in one process). Nothing
 // registers them with prometheus.DefaultRegisterer unless you pass it here;
-// Worker.HTTPHandler serves them either way.
+// HTTPHandler serves them either way.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -165,8 +165,6 @@ func (m *Metrics) KnownDependencies(names ...string) {
 		m.breakerOpen.WithLabelValues(d)
 	}
 }
-
-func (m *Metrics) count(o Outcome) { m.messages.WithLabelValues(string(o)).Inc() }
 
 // record counts one delivery's outcome o and writes the line that says it,
 // at level, with o as its LogKeyOutcome attribute.

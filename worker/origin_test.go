@@ -12,6 +12,9 @@ import (
 	"github.com/claimfirst/claimfirst/origin"
 )
 
+// testSecret signs and verifies OriginalIDAttribute in these tests.
+const testSecret origin.Secret = "0123456789abcdef-test"
+
 // TestForgedOriginalIDIgnored: a producer who sets OriginalMessageId to
 // another message's id does not get that message's key: the message is
 // keyed by its own SQS id and processed, and one WARN names it.

@@ -415,7 +415,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 // its Attempt, because a message returned unstarted behind a failed one of
 // its group is delivered again without being tried: its Attempt grows
 // with the failures of the messages in front of it, its claim's attempts
-// do not (FIFOMaxReceiveCount leaves room for those deliveries).
+// do not (sqsworker.FIFOMaxReceiveCount leaves room for those deliveries).
 func failures(m *Message, c *once.Claim, ordered bool) int {
 	n := m.Attempt
 	if a := int(min(c.Attempt, int64(n))); ordered && a >= 1 {

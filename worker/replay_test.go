@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/cache"
@@ -49,29 +46,20 @@ func TestReplayHookAndTypedResult(t *testing.T) {
 				replays []worker.Replay
 			)
 			metrics := worker.NewMetrics(nil)
-			l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-				EMF: io.Discard,
-				Protocol: worker.Protocol{
-					Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
-					Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
-						return receipt{ChargeID: "ch_" + m.Key, Amount: 1999}, nil
-					}},
-					OnReplay: func(_ context.Context, r worker.Replay) {
-						mu.Lock()
-						defer mu.Unlock()
-						replays = append(replays, r)
-					},
+			e := engine(t, worker.Protocol{
+				Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
+				Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
+					return receipt{ChargeID: "ch_" + m.Key, Amount: 1999}, nil
+				}},
+				OnReplay: func(_ context.Context, r worker.Replay) {
+					mu.Lock()
+					defer mu.Unlock()
+					replays = append(replays, r)
 				},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			for i := range 3 {
-				resp, err := l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
-					MessageId: "m1", Body: "x", Attributes: map[string]string{"ApproximateReceiveCount": fmt.Sprint(i + 1)},
-				}}})
-				if err != nil || len(resp.BatchItemFailures) != 0 {
-					t.Fatalf("delivery %d: %v, %v", i+1, resp, err)
+				if !deliver(e, worker.Message{ID: "m1", Body: "x", Attempt: i + 1, Redelivered: i > 0}) {
+					t.Fatalf("delivery %d not done", i+1)
 				}
 			}
 			var sources []string
@@ -114,24 +102,22 @@ func ExampleReplay() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
-		EMF: io.Discard,
-		Protocol: worker.Protocol{
-			Store: store, Retention: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
-			Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
-				return receipt{ChargeID: "ch_1", Amount: 1999}, nil
-			}},
-			OnReplay: func(_ context.Context, r worker.Replay) {
-				v, err := worker.DecodeResult[receipt](nil, r.Key, r.Result)
-				fmt.Printf("replayed %s from %s: %+v %v\n", r.Key, r.Source, v, err)
-			},
+	e, err := worker.NewEngine(worker.Protocol{
+		Store: store, Retention: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
+		Handler: worker.ValueHandler[receipt]{Func: func(_ context.Context, m *worker.Message) (receipt, error) {
+			return receipt{ChargeID: "ch_1", Amount: 1999}, nil
+		}},
+		OnReplay: func(_ context.Context, r worker.Replay) {
+			v, err := worker.DecodeResult[receipt](nil, r.Key, r.Result)
+			fmt.Printf("replayed %s from %s: %+v %v\n", r.Key, r.Source, v, err)
 		},
-	})
+	}, worker.EngineOptions{})
 	if err != nil {
 		panic(err)
 	}
-	for range 2 {
-		_, _ = l.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: "{}"}}})
+	for i := range 2 { // a delivery and its redelivery, from any transport
+		m := &worker.Message{ID: "m1", Body: "{}", Attempt: i + 1}
+		e.Process(context.Background(), m, worker.Hold{Until: time.Now().Add(time.Minute)})
 	}
 	// Output:
 	// replayed m1 from cache: {ChargeID:ch_1 Amount:1999} <nil>

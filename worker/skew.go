@@ -16,7 +16,7 @@ import (
 // agree within the lease's safety margin. The worker checks that: every SQS
 // answer carries AWS's clock in its Date header (which the SDK reads for
 // signing, awsmiddleware.GetServerTime), and the call's start and end on the
-// worker's own clock (Config.Now) bound where that instant fell. The
+// worker's own clock (Protocol.Now) bound where that instant fell. The
 // offset (AWS's clock minus this one) lies in [Date - end, Date + 1s - start]
 // (Date has whole seconds); the intersection of the last few such intervals
 // is the estimate. Neither the answer's latency nor Date's resolution can
@@ -35,9 +35,6 @@ const skewSamples = 5
 // skewRetryDelay is how long a message received while the clock is skewed
 // stays invisible before it is offered again.
 const skewRetryDelay = 10 * time.Second
-
-// skewRecheck is how often a paused poller measures the offset again.
-const skewRecheck = time.Second
 
 // span is an interval of possible offsets.
 type span struct{ lo, hi time.Duration }

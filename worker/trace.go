@@ -11,7 +11,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore"
 )
 
-// Tracing. With Config.TracerProvider (or LambdaConfig.TracerProvider) set,
+// Tracing. With Protocol.TracerProvider set,
 // each message is one span, SpanMessage, from the start of its processing
 // to its disposition (ack, retry, defer, dead-letter, leave), with a child
 // span for each step: SpanAcquire, SpanHandle (the handler's context

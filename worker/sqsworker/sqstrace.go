@@ -1,18 +1,21 @@
-package worker
+package sqsworker
 
 import (
 	"context"
 	"strings"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // withTraceHeader returns ctx carrying the X-Ray trace header h (SQS's
 // AWSTraceHeader system attribute) as the remote parent of the message's
-// span, when p traces and h is one; a traceparent message attribute still
-// comes first (see SpanMessage).
-func (p *processor) withTraceHeader(ctx context.Context, h string) context.Context {
-	if p.tracer == nil || h == "" {
+// span, when e traces and h is one: the engine takes the parent from the
+// context it is given; a traceparent message attribute still comes first
+// (see worker.SpanMessage).
+func withTraceHeader(e *worker.Engine, ctx context.Context, h string) context.Context {
+	if !e.Traces() || h == "" {
 		return ctx
 	}
 	if sc, ok := xrayParent(h); ok {

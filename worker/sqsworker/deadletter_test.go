@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/origin"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 func strAttr(v string) types.MessageAttributeValue {
@@ -28,12 +29,12 @@ func TestDeadLetterAttributes(t *testing.T) {
 	t.Parallel()
 	dl := deadLetter{
 		body:      aws.String("{}"),
-		attrs:     map[string]types.MessageAttributeValue{"Tenant": strAttr("t1"), ReasonAttribute: strAttr("old reason")},
+		attrs:     map[string]types.MessageAttributeValue{"Tenant": strAttr("t1"), worker.ReasonAttribute: strAttr("old reason")},
 		messageID: "m-2", firstRecv: "1764806400000", reason: "bad body", secret: testSecret,
 	}
 	got, omitted := dl.attributes()
-	want := map[string]string{ReasonAttribute: "bad body", FirstReceivedAttribute: "2025-12-04T00:00:00Z", "Tenant": "t1",
-		OriginalIDAttribute: origin.Sign(testSecret, "m-2", "2025-12-04T00:00:00Z", "{}")}
+	want := map[string]string{worker.ReasonAttribute: "bad body", worker.FirstReceivedAttribute: "2025-12-04T00:00:00Z", "Tenant": "t1",
+		worker.OriginalIDAttribute: origin.Sign(testSecret, "m-2", "2025-12-04T00:00:00Z", "{}")}
 	if len(got) != len(want) || len(omitted) != 0 {
 		t.Errorf("attributes %v (omitted %v), want %v", got, omitted, want)
 	}
@@ -45,26 +46,26 @@ func TestDeadLetterAttributes(t *testing.T) {
 
 	// Redriven and dead-lettered again: the first id and time stay.
 	signed := origin.Sign(testSecret, "m-1", "2025-12-01T00:00:00Z", "{}")
-	dl.attrs[OriginalIDAttribute] = strAttr(signed)
-	dl.attrs[FirstReceivedAttribute] = strAttr("2025-12-01T00:00:00Z")
+	dl.attrs[worker.OriginalIDAttribute] = strAttr(signed)
+	dl.attrs[worker.FirstReceivedAttribute] = strAttr("2025-12-01T00:00:00Z")
 	got, _ = dl.attributes()
-	if aws.ToString(got[OriginalIDAttribute].StringValue) != signed || aws.ToString(got[FirstReceivedAttribute].StringValue) != "2025-12-01T00:00:00Z" {
+	if aws.ToString(got[worker.OriginalIDAttribute].StringValue) != signed || aws.ToString(got[worker.FirstReceivedAttribute].StringValue) != "2025-12-01T00:00:00Z" {
 		t.Errorf("redriven: %v", got)
 	}
 
 	// A producer's OriginalMessageId and FirstReceivedAt: replaced by the
 	// message's own, signed.
-	dl.attrs[OriginalIDAttribute] = strAttr("victim")
+	dl.attrs[worker.OriginalIDAttribute] = strAttr("victim")
 	got, _ = dl.attributes()
-	if v := aws.ToString(got[OriginalIDAttribute].StringValue); v != want[OriginalIDAttribute] || aws.ToString(got[FirstReceivedAttribute].StringValue) != want[FirstReceivedAttribute] {
-		t.Errorf("forged: %s = %q, %s = %q; want the message's own, signed", OriginalIDAttribute, v, FirstReceivedAttribute, aws.ToString(got[FirstReceivedAttribute].StringValue))
+	if v := aws.ToString(got[worker.OriginalIDAttribute].StringValue); v != want[worker.OriginalIDAttribute] || aws.ToString(got[worker.FirstReceivedAttribute].StringValue) != want[worker.FirstReceivedAttribute] {
+		t.Errorf("forged: %s = %q, %s = %q; want the message's own, signed", worker.OriginalIDAttribute, v, worker.FirstReceivedAttribute, aws.ToString(got[worker.FirstReceivedAttribute].StringValue))
 	}
 
 	// No secret: no original id (a producer's dropped), the rest as before.
 	dl.secret = ""
 	got, omitted = dl.attributes()
-	if _, ok := got[OriginalIDAttribute]; ok || len(omitted) != 0 || aws.ToString(got[ReasonAttribute].StringValue) != "bad body" {
-		t.Errorf("no secret: %v (omitted %v); want no %s", got, omitted, OriginalIDAttribute)
+	if _, ok := got[worker.OriginalIDAttribute]; ok || len(omitted) != 0 || aws.ToString(got[worker.ReasonAttribute].StringValue) != "bad body" {
+		t.Errorf("no secret: %v (omitted %v); want no %s", got, omitted, worker.OriginalIDAttribute)
 	}
 	dl.secret = testSecret
 
@@ -72,9 +73,9 @@ func TestDeadLetterAttributes(t *testing.T) {
 		own      int
 		wantOurs []string
 	}{
-		{7, []string{OriginalIDAttribute, ReasonAttribute, FirstReceivedAttribute}},
-		{8, []string{OriginalIDAttribute, ReasonAttribute}},
-		{9, []string{OriginalIDAttribute}},
+		{7, []string{worker.OriginalIDAttribute, worker.ReasonAttribute, worker.FirstReceivedAttribute}},
+		{8, []string{worker.OriginalIDAttribute, worker.ReasonAttribute}},
+		{9, []string{worker.OriginalIDAttribute}},
 		{10, nil},
 	} {
 		dl.attrs = map[string]types.MessageAttributeValue{}
@@ -110,7 +111,7 @@ func TestDeadLetterAttributes(t *testing.T) {
 		t.Errorf("near 1 MiB: %d bytes with %d attributes (omitted %v); want at most %d, Tenant kept", size, len(got), omitted, maxMessageBytes)
 	}
 	dl.body = aws.String("{}")
-	if got, _ = dl.attributes(); len(aws.ToString(got[ReasonAttribute].StringValue)) > 1024 {
+	if got, _ = dl.attributes(); len(aws.ToString(got[worker.ReasonAttribute].StringValue)) > 1024 {
 		t.Error("reason not truncated")
 	}
 }

@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // SQSAPI is the part of *sqs.Client the worker uses.
@@ -144,8 +146,8 @@ func (e *RetentionError) Error() string {
 		e.ClockBound, e.Hold)
 }
 
-// Is makes errors.Is(err, ErrConfig) true.
-func (e *RetentionError) Is(target error) bool { return target == ErrConfig }
+// Is makes errors.Is(err, worker.ErrConfig) true.
+func (e *RetentionError) Is(target error) bool { return target == worker.ErrConfig }
 
 // RetentionMargin is added to the longest redelivery window for the default
 // claim retention, to cover consumer downtime before a replay.
@@ -170,7 +172,7 @@ func MinRetention(q QueueInfo, clockBound, hold time.Duration) time.Duration {
 }
 
 // CheckRetention refuses a claim retention below MinRetention(q,
-// clockBound, hold) with a *RetentionError (ErrConfig).
+// clockBound, hold) with a *RetentionError (worker.ErrConfig).
 func CheckRetention(retention time.Duration, q QueueInfo, clockBound, hold time.Duration) error {
 	if low := MinRetention(q, clockBound, hold); retention < low {
 		return &RetentionError{Retention: retention, Min: low, QueueRetention: q.Retention, ClockBound: max(clockBound, 0), Hold: max(hold, 0)}

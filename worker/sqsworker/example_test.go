@@ -1,4 +1,4 @@
-package worker_test
+package sqsworker_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // sendEmail stands for any side effect that must happen once per key.
@@ -38,7 +39,7 @@ func Example() {
 }
 
 func run(ctx context.Context) error {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(worker.HTTPClient(64)))
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(sqsworker.HTTPClient(64)))
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(ctx, worker.Config{
+	w, err := sqsworker.New(ctx, sqsworker.Config{
 		QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/emails",
 		SQS:      sqs.NewFromConfig(cfg),
 		Protocol: worker.Protocol{
@@ -71,7 +72,7 @@ func run(ctx context.Context) error {
 // response, the others are reported as batch item failures.
 func ExampleLambda_Handle() {
 	var calls atomic.Int32
-	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
+	l, err := sqsworker.NewLambda(context.Background(), sqsworker.LambdaConfig{
 		EMF: io.Discard, // in Lambda, leave it nil: metrics go to stdout
 		Protocol: worker.Protocol{
 			Store:     memory.New(memory.Config{}),

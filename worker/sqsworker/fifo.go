@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // FIFO queues.
@@ -148,13 +150,13 @@ func runGroups(runs [][]int, limit int, start func(i int) bool, skip func(stoppe
 
 // blockCause names why a FIFO group stopped after a message with action a:
 // the cause label of claimfirst_fifo_groups_blocked_total.
-func blockCause(a Action) string {
+func blockCause(a worker.Action) string {
 	switch a {
-	case Defer:
+	case worker.Defer:
 		return "held_elsewhere"
-	case Leave:
+	case worker.Leave:
 		return "lease_lost"
-	case DeadLetter:
+	case worker.DeadLetter:
 		return "dead_letter_failed"
 	default:
 		return "failed"
@@ -228,7 +230,7 @@ func (t *transport) runInOrder(group []*sqsDelivery) {
 // at once, so that SQS gives the group out again in order when that message
 // comes back.
 func (w *Worker) returnRest(stopped *sqsDelivery, rest []*sqsDelivery, cause string) {
-	w.cfg.Metrics.fifoBlocked.WithLabelValues(cause).Inc()
+	w.cfg.Metrics.GroupBlocked(cause)
 	log := w.log.With(slog.String("message_group_id", stopped.group), slog.String("message_id", stopped.msg.ID))
 	switch cause {
 	case "held_elsewhere":
@@ -247,9 +249,9 @@ func (w *Worker) returnRest(stopped *sqsDelivery, rest []*sqsDelivery, cause str
 	out, err := w.cfg.SQS.ChangeMessageVisibilityBatch(context.Background(), &sqs.ChangeMessageVisibilityBatchInput{
 		QueueUrl: aws.String(w.cfg.QueueURL), Entries: entries,
 	})
-	outcome := OutcomeSkipped
+	outcome := worker.OutcomeSkipped
 	if cause == causeStopping {
-		outcome = OutcomeReturned
+		outcome = worker.OutcomeReturned
 	}
 	if err != nil {
 		log.Warn("returning a FIFO group's later messages failed; they reappear when their visibility ends", slog.Any("error", err))
@@ -259,7 +261,7 @@ func (w *Worker) returnRest(stopped *sqsDelivery, rest []*sqsDelivery, cause str
 		log.Warn("returning a FIFO group's later message failed; it reappears when its visibility ends",
 			slog.String("code", aws.ToString(f.Code)), slog.String("error", aws.ToString(f.Message)))
 	}
-	w.cfg.Metrics.recordN(log, slog.LevelDebug, outcome, len(out.Successful), "returned a FIFO group's later messages to the queue")
+	w.cfg.Metrics.RecordN(log, slog.LevelDebug, outcome, len(out.Successful), "returned a FIFO group's later messages to the queue")
 }
 
 // keeper extends the visibility of a FIFO group's messages while they wait
@@ -382,7 +384,7 @@ func (k *keeper) extend() {
 			ext[i].leaseFrom = now
 		}
 	}
-	w.cfg.Metrics.heartbeats.Add(float64(len(out.Successful)))
+	w.cfg.Metrics.Heartbeats(len(out.Successful))
 }
 
 // reportRest reports the records behind a record of their FIFO group that was not
@@ -390,12 +392,12 @@ func (k *keeper) extend() {
 // once: otherwise they would stay in flight, and keep the group locked, for
 // a whole visibility timeout after the failed record is due back.
 func (l *Lambda) reportRest(ctx context.Context, stopped *events.SQSMessage, rest []*events.SQSMessage, cause string) {
-	l.cfg.Metrics.fifoBlocked.WithLabelValues(cause).Inc()
+	l.cfg.Metrics.GroupBlocked(cause)
 	log := l.log.With(slog.String("message_group_id", stopped.Attributes[groupAttribute]), slog.String("message_id", stopped.MessageId))
 	if cause == "held_elsewhere" {
-		l.cfg.Metrics.recordN(log, slog.LevelWarn, OutcomeSkipped, len(rest), "FIFO group blocked: a record's key is held elsewhere; reporting the group's later records unprocessed", slog.Int("reported", len(rest)))
+		l.cfg.Metrics.RecordN(log, slog.LevelWarn, worker.OutcomeSkipped, len(rest), "FIFO group blocked: a record's key is held elsewhere; reporting the group's later records unprocessed", slog.Int("reported", len(rest)))
 	} else {
-		l.cfg.Metrics.recordN(log, slog.LevelWarn, OutcomeSkipped, len(rest), "FIFO group stopped: a record was not done; reporting the group's later records unprocessed",
+		l.cfg.Metrics.RecordN(log, slog.LevelWarn, worker.OutcomeSkipped, len(rest), "FIFO group stopped: a record was not done; reporting the group's later records unprocessed",
 			slog.String("cause", cause), slog.Int("reported", len(rest)))
 	}
 	if l.cfg.SQS == nil || l.cfg.QueueURL == "" {

@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/claimstoretest"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // fifoBatch is a delivery of messages "<group><n>" for the scheduler
@@ -44,16 +46,43 @@ func interleaved(groups string, n int) fifoBatch {
 	return newFIFOBatch(ids...)
 }
 
+// fixture is the protocol over a memory store on a test clock, for the
+// scheduler's tests; p may be changed until the first schedule.
+type fixture struct {
+	clock   *claimstoretest.Clock
+	store   *memory.Store
+	metrics *worker.Metrics
+	p       worker.Protocol
+	e       *worker.Engine
+}
+
+func newFixture(h worker.Handler) *fixture {
+	f := &fixture{clock: claimstoretest.NewClock(), metrics: worker.NewMetrics(nil)}
+	f.store = memory.New(memory.Config{Now: f.clock.Now})
+	f.p = worker.Protocol{
+		Store: f.store, Handler: h, Owner: "test", Retention: 24 * time.Hour, MinRetryBackoff: time.Second,
+		MaxRetryBackoff: time.Minute, Metrics: f.metrics, Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler),
+	}
+	return f
+}
+
 // schedule runs b through the scheduler with f's processor (the memory
 // store) at most limit groups at once, as both transports do: a message is
 // done when acked or dead-lettered. It returns the skipped message ids.
 func (f *fixture) schedule(b fifoBatch, limit int) []string {
 	var mu sync.Mutex
 	var skipped []string
+	if f.e == nil {
+		e, err := worker.NewEngine(f.p, worker.EngineOptions{})
+		if err != nil {
+			panic(err)
+		}
+		f.e = e
+	}
 	runs := groupRuns(len(b.ids), true, func(i int) string { return b.groups[i] })
 	runGroups(runs, limit, func(i int) bool {
-		d := f.p.process(context.Background(), &Message{ID: b.ids[i], Body: "{}", Attempt: 1}, f.lease())
-		return d.Action == Ack || d.Action == DeadLetter
+		d := f.e.Process(context.Background(), &worker.Message{ID: b.ids[i], Body: "{}", Attempt: 1}, worker.Hold{Until: f.clock.Now().Add(30 * time.Second)})
+		return d.Action == worker.Ack || d.Action == worker.DeadLetter
 	}, func(_ int, rest []int) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -74,7 +103,7 @@ type recorder struct {
 	maxGroup  int // most messages of one group running at once
 	total     int
 	maxTotal  int // most messages running at once
-	before    func(ctx context.Context, m *Message) error
+	before    func(ctx context.Context, m *worker.Message) error
 	processed []string
 }
 
@@ -82,7 +111,7 @@ func newRecorder() *recorder {
 	return &recorder{order: map[string][]string{}, running: map[string]int{}}
 }
 
-func (r *recorder) Handle(ctx context.Context, m *Message) (string, error) {
+func (r *recorder) Handle(ctx context.Context, m *worker.Message) (string, error) {
 	g := m.ID[:1]
 	r.mu.Lock()
 	r.running[g]++
@@ -134,7 +163,7 @@ func TestFIFOOrder(t *testing.T) {
 	if rec.maxGroup != 1 {
 		t.Errorf("up to %d messages of one group ran at once, want 1", rec.maxGroup)
 	}
-	if n := f.metrics.Count(OutcomeCompleted); n != 24 {
+	if n := f.metrics.Count(worker.OutcomeCompleted); n != 24 {
 		t.Errorf("completed %d, want 24", n)
 	}
 	for _, id := range b.ids {
@@ -156,7 +185,7 @@ func TestFIFOGroupsConcurrent(t *testing.T) {
 		arrived.Add(3)
 		all := make(chan struct{})
 		go func() { arrived.Wait(); close(all) }()
-		rec.before = func(_ context.Context, m *Message) error {
+		rec.before = func(_ context.Context, m *worker.Message) error {
 			if m.ID[1:] != "0" {
 				return nil
 			}
@@ -182,7 +211,7 @@ func TestFIFOGroupsConcurrent(t *testing.T) {
 	t.Run("limit", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder()
-		rec.before = func(context.Context, *Message) error { time.Sleep(5 * time.Millisecond); return nil }
+		rec.before = func(context.Context, *worker.Message) error { time.Sleep(5 * time.Millisecond); return nil }
 		f := newFixture(rec)
 		f.schedule(interleaved("ABCDEF", 3), 2)
 		if rec.maxTotal != 2 {
@@ -206,7 +235,7 @@ func TestFIFOGroupBlocked(t *testing.T) {
 		skipped []string
 	}{
 		{"handler failure", func(_ *fixture, rec *recorder) {
-			rec.before = func(_ context.Context, m *Message) error {
+			rec.before = func(_ context.Context, m *worker.Message) error {
 				if m.ID == "A1" {
 					return errors.New("provider unavailable")
 				}
@@ -221,11 +250,11 @@ func TestFIFOGroupBlocked(t *testing.T) {
 			}
 		}, []string{"A0"}, []string{"A2", "A3"}},
 		{"poison goes on", func(f *fixture, _ *recorder) {
-			f.p.decoder = DecoderFunc(func(m *Message) error {
+			f.p.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
 				if m.ID == "A1" {
-					return Permanentf("not a payment")
+					return worker.Permanentf("not a payment")
 				}
-				return KeyFromMessageID.Decode(m)
+				return worker.KeyFromMessageID.Decode(m)
 			})
 		}, []string{"A0", "A2", "A3"}, nil},
 	}
@@ -290,15 +319,15 @@ func TestLambdaFIFO(t *testing.T) {
 		t.Run(tc.arn, func(t *testing.T) {
 			t.Parallel()
 			rec := newRecorder()
-			rec.before = func(_ context.Context, m *Message) error {
+			rec.before = func(_ context.Context, m *worker.Message) error {
 				if m.ID == "A1" {
 					return errors.New("provider unavailable")
 				}
 				return nil
 			}
-			metrics := NewMetrics(nil)
+			metrics := worker.NewMetrics(nil)
 			l, err := NewLambda(context.Background(), LambdaConfig{
-				Protocol: Protocol{
+				Protocol: worker.Protocol{
 					Store: memory.New(memory.Config{}), Handler: rec, Retention: time.Hour, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
 				},
 			})
@@ -334,7 +363,7 @@ func TestLambdaFIFO(t *testing.T) {
 			if got := rec.order["A"]; strings.HasSuffix(tc.arn, ".fifo") && !slices.Equal(got, []string{"A0"}) {
 				t.Errorf("group A completed %v, want [A0]", got)
 			}
-			if n, want := metrics.Count(OutcomeSkipped), int64(len(tc.reported)-1); n != want {
+			if n, want := metrics.Count(worker.OutcomeSkipped), int64(len(tc.reported)-1); n != want {
 				t.Errorf("skipped counted %d, want %d", n, want)
 			}
 		})

@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // EMFNamespace is the CloudWatch namespace of the metrics a Lambda writes
@@ -28,16 +30,16 @@ const EMFDimension = "FunctionName"
 // Every outcome is written, zeros too, so alarms see data, not gaps.
 type emf struct {
 	out      io.Writer
-	metrics  *Metrics
+	metrics  *worker.Metrics
 	function string // the dimension's value; "" writes no dimension
 	now      func() time.Time
 
 	mu   sync.Mutex
-	last map[Outcome]int64 // counts at the previous line
+	last map[worker.Outcome]int64 // counts at the previous line
 }
 
-func newEMF(out io.Writer, m *Metrics, function string, now func() time.Time) *emf {
-	return &emf{out: out, metrics: m, function: function, now: now, last: map[Outcome]int64{}}
+func newEMF(out io.Writer, m *worker.Metrics, function string, now func() time.Time) *emf {
+	return &emf{out: out, metrics: m, function: function, now: now, last: map[worker.Outcome]int64{}}
 }
 
 type emfMetric struct {
@@ -64,6 +66,7 @@ func (e *emf) flush() error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	outcomes := worker.Outcomes()
 	line := make(map[string]any, len(outcomes)+2)
 	dir := emfDirective{Namespace: EMFNamespace, Dimensions: [][]string{{}}, Metrics: make([]emfMetric, 0, len(outcomes))}
 	if e.function != "" {
@@ -87,7 +90,7 @@ func (e *emf) flush() error {
 
 // newLambdaEMF returns the EMF writer for a Lambda: to out (os.Stdout when
 // nil, none when io.Discard), with the function's name as the dimension.
-func newLambdaEMF(out io.Writer, m *Metrics, now func() time.Time) *emf {
+func newLambdaEMF(out io.Writer, m *worker.Metrics, now func() time.Time) *emf {
 	if out == io.Discard {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"net/http"

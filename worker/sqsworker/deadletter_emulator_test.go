@@ -1,4 +1,4 @@
-package worker_test
+package sqsworker_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 const testSecret origin.Secret = "0123456789abcdef-test"
@@ -55,7 +56,7 @@ func deadLetterOne(t *testing.T, attrs map[string]sqstypes.MessageAttributeValue
 	}
 	var logs syncbuf.Buffer
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(ctx, worker.Config{QueueURL: url, SQS: q, WaitTime: time.Second, Protocol: worker.Protocol{
+	w, err := sqsworker.New(ctx, sqsworker.Config{QueueURL: url, SQS: q, WaitTime: time.Second, Protocol: worker.Protocol{
 		Store: memory.New(memory.Config{}), Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Metrics: worker.NewMetrics(reg),
 		OriginalIDSecret: testSecret,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {

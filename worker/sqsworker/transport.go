@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"cmp"
@@ -10,7 +10,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
+
+// sqsDependency names SQS in breaker metrics and logs.
+const sqsDependency = "sqs"
+
+// skewRecheck is how often a skewed worker measures its clock again,
+// receiving nothing meanwhile.
+const skewRecheck = time.Second
 
 // transport is the long-poll transport of one Run: the pollers receive
 // into its pool of handler slots (one probe slot while the breaker is open), each delivery runs the per-message
@@ -32,7 +41,7 @@ type transport struct {
 func (t *transport) poll(ctx context.Context) {
 	w, p := t.w, t.pool
 	for {
-		if skewed, _ := w.proc.skew.state(); skewed {
+		if w.skew.Skewed() {
 			// Claim nothing: leave the messages in the queue, and measure
 			// again until the clock agrees.
 			sleepCtx(ctx, skewRecheck)
@@ -43,7 +52,7 @@ func (t *transport) poll(ctx context.Context) {
 			continue
 		}
 		n, probe := t.batch, false
-		if open, _, _ := w.proc.breaker.state(); open {
+		if open, _ := w.proc.Breaker(); open {
 			select {
 			case t.probe <- struct{}{}:
 				n, probe = 1, true
@@ -85,10 +94,10 @@ func (t *transport) poll(ctx context.Context) {
 			msgs = out.Messages
 		}
 		if err == nil {
-			w.proc.breaker.recovered("sqs") // a probe that finds SQS back ends an SQS outage
+			w.proc.DependencyRecovered(sqsDependency) // a probe that finds SQS back ends an SQS outage
 		}
 		if err != nil && ctx.Err() == nil {
-			w.proc.breaker.failure("sqs", err)
+			w.proc.DependencyFailed(sqsDependency, err)
 			w.log.Error("receive failed", slog.Any("error", err))
 			p.give(n)
 			endProbe()
@@ -99,7 +108,7 @@ func (t *transport) poll(ctx context.Context) {
 		// long poll may do long after the request; the lease margin covers
 		// the answer's way back.
 		received := w.cfg.Now()
-		w.cfg.Metrics.received.Add(float64(len(msgs)))
+		w.cfg.Metrics.Received(len(msgs))
 		p.give(n - len(msgs))
 		if len(msgs) == 0 {
 			endProbe()
@@ -168,14 +177,14 @@ func (t *transport) holdProbe(d *sqsDelivery) (free, stop func()) {
 // deliver runs the protocol for one delivery and carries out its
 // disposition. done reports that the message is off the queue (acked, or
 // dead-lettered).
-func (t *transport) deliver(d *sqsDelivery) (disp Disposition, done bool) {
+func (t *transport) deliver(d *sqsDelivery) (disp worker.Disposition, done bool) {
 	w := t.w
 	w.inFlight.Store(d.msg.ID, struct{}{})
 	defer w.inFlight.Delete(d.msg.ID)
 	vis := w.cfg.VisibilityTimeout
 	capAt := d.receivedAt.Add(MaxVisibility)
 	from := d.leaseStart() // the receipt, or a FIFO wait's last extension
-	h := Hold{
+	h := worker.Hold{
 		Ordered:   w.queue.FIFO,
 		Until:     from.Add(vis - w.cfg.LeaseMargin),
 		Deadline:  capAt.Add(-w.cfg.LeaseMargin),
@@ -200,7 +209,7 @@ func (t *transport) deliver(d *sqsDelivery) (disp Disposition, done bool) {
 			return now.Add(next - w.cfg.LeaseMargin), nil
 		},
 	}
-	disp = w.proc.Process(w.proc.withTraceHeader(t.hctx, d.traceHeader), &d.msg, h)
+	disp = w.proc.Process(withTraceHeader(w.proc, t.hctx, d.traceHeader), &d.msg, h)
 	return disp, disp.Settle(queuedDelivery{t: t, d: d, log: w.log.With(slog.String("message_id", d.msg.ID))})
 }
 

@@ -1,4 +1,4 @@
-package worker_test
+package sqsworker_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/sim"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // TestOutcomesCountedAndLoggedTogether runs the long-poll transport on the
@@ -48,7 +49,7 @@ func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 		failed := map[string]bool{}
 		logs := &syncbuf.Buffer{}
 		metrics := worker.NewMetrics(prometheus.NewRegistry())
-		cfg := worker.Config{}
+		cfg := sqsworker.Config{}
 		cfg.QueueURL, cfg.SQS, cfg.Store = url, q, memory.New(memory.Config{})
 		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		cfg.Metrics, cfg.HoldFor = metrics, time.Nanosecond
@@ -70,7 +71,7 @@ func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 			return "charged " + m.Key, nil
 		})
 		ctx, cancel := context.WithCancel(context.Background())
-		w, err := worker.New(ctx, cfg)
+		w, err := sqsworker.New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

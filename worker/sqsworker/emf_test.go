@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // emfLine is one EMF line as CloudWatch reads it.
@@ -96,14 +97,14 @@ func TestLambdaEMF(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixMilli())
 	clock := func() time.Time { return time.UnixMilli(now.Load()) }
-	metrics := NewMetrics(nil)
+	metrics := worker.NewMetrics(nil)
 	l, err := NewLambda(context.Background(), LambdaConfig{
 		EMF: &out,
-		Protocol: Protocol{
+		Protocol: worker.Protocol{
 			Store: memory.New(memory.Config{}), Retention: time.Hour,
 			Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
 			Now: clock,
-			Handler: HandlerFunc(func(_ context.Context, m *Message) (string, error) {
+			Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
 				if m.Body == "fail" {
 					return "", errors.New("downstream unavailable")
 				}
@@ -129,21 +130,21 @@ func TestLambdaEMF(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%d EMF lines, want 2 (one per invocation):\n%s", len(lines), out.String())
 	}
-	want := []map[Outcome]float64{
-		{OutcomeAcquired: 2, OutcomeCompleted: 1, OutcomeReleased: 1},
-		{OutcomeAcquired: 1, OutcomeDuplicate: 1, OutcomeReleased: 1},
+	want := []map[worker.Outcome]float64{
+		{worker.OutcomeAcquired: 2, worker.OutcomeCompleted: 1, worker.OutcomeReleased: 1},
+		{worker.OutcomeAcquired: 1, worker.OutcomeDuplicate: 1, worker.OutcomeReleased: 1},
 	}
 	for i, got := range lines {
 		names := make([]string, 0, len(got))
 		for name, v := range got {
 			names = append(names, name)
-			if v != want[i][Outcome(name)] {
-				t.Errorf("invocation %d: %s = %v, want %v", i+1, name, v, want[i][Outcome(name)])
+			if v != want[i][worker.Outcome(name)] {
+				t.Errorf("invocation %d: %s = %v, want %v", i+1, name, v, want[i][worker.Outcome(name)])
 			}
 		}
 		slices.Sort(names)
-		all := make([]string, len(outcomes))
-		for k, o := range outcomes {
+		all := make([]string, len(worker.Outcomes()))
+		for k, o := range worker.Outcomes() {
 			all[k] = string(o)
 		}
 		if slices.Sort(all); !slices.Equal(names, all) {
@@ -151,7 +152,7 @@ func TestLambdaEMF(t *testing.T) {
 		}
 	}
 	// The lines add up to the Prometheus counters.
-	for _, o := range outcomes {
+	for _, o := range worker.Outcomes() {
 		if sum := lines[0][string(o)] + lines[1][string(o)]; sum != float64(metrics.Count(o)) {
 			t.Errorf("%s: lines add up to %v, counter is %d", o, sum, metrics.Count(o))
 		}
@@ -173,8 +174,8 @@ func TestEMFDimension(t *testing.T) {
 	t.Parallel()
 	for _, fn := range []string{"claimfirst-Function-abc", ""} {
 		var out bytes.Buffer
-		m := NewMetrics(nil)
-		m.count(OutcomeLeaseLost)
+		m := worker.NewMetrics(nil)
+		m.Record(slog.New(slog.DiscardHandler), slog.LevelInfo, worker.OutcomeLeaseLost, "lease lost")
 		if err := newEMF(&out, m, fn, time.Now).flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +196,7 @@ func TestEMFDimension(t *testing.T) {
 		if fn != "" && l.fields[EMFDimension] != fn {
 			t.Errorf("function %q: %s field = %v", fn, EMFDimension, l.fields[EMFDimension])
 		}
-		if got := parseEMF(t, out.String()); len(got) != 1 || got[0][string(OutcomeLeaseLost)] != 1 {
+		if got := parseEMF(t, out.String()); len(got) != 1 || got[0][string(worker.OutcomeLeaseLost)] != 1 {
 			t.Errorf("function %q: values %v, want lease_lost 1", fn, got)
 		}
 	}

@@ -1,8 +1,7 @@
-package worker
+package sqsworker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -15,31 +14,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/origin"
-)
 
-// The message attributes the worker adds to a message it dead-letters.
-const (
-	// ReasonAttribute carries the reason the message was dead-lettered.
-	ReasonAttribute = "DeadLetterReason"
-	// OriginalIDAttribute carries the SQS message id of the message as it
-	// first arrived, with a MAC ("<id>.<mac>", see package origin). SQS
-	// gives a moved or redriven message a new id; a key taken from the
-	// message id uses this one when its MAC verifies, so a redriven
-	// message keeps its key. Written only with Protocol.OriginalIDSecret;
-	// kept, not overwritten, when a redriven message is dead-lettered
-	// again; replaced when it does not verify.
-	OriginalIDAttribute = "OriginalMessageId"
-	// FirstReceivedAttribute carries when the message was first received
-	// (RFC 3339, from SQS's ApproximateFirstReceiveTimestamp), kept like
-	// OriginalIDAttribute.
-	FirstReceivedAttribute = "FirstReceivedAt"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // Worker is the long-polling SQS consumer.
 type Worker struct {
 	cfg   Config
 	queue QueueInfo
-	proc  *Engine
+	proc  *worker.Engine
+	skew  *worker.ClockCheck // nil: no clock check
 	log   *slog.Logger
 	ready chan struct{}
 	stop  chan struct{} // closed when Run's context ends: held messages go back
@@ -50,13 +34,13 @@ type Worker struct {
 // New checks cfg, reads the queue's attributes (visibility timeout,
 // retention, redrive policy) and fills the defaults that derive from them.
 // A bad configuration, including a claim retention below MinRetention,
-// is an error wrapping ErrConfig.
+// is an error wrapping worker.ErrConfig.
 func New(ctx context.Context, cfg Config) (*Worker, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := checkStore(ctx, cfg.Store); err != nil {
+	if err := worker.CheckStore(ctx, cfg.Store); err != nil {
 		return nil, err
 	}
 	q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
@@ -80,15 +64,20 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
 	}
-	skew := NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
-	cfg.SQS = measureSQS(skew, cfg.SQS)
-	proc := cfg.engine(log, EngineOptions{
+	skew := worker.NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, log)
+	cfg.SQS = measureSQS(skew, cfg.Now, cfg.SQS)
+	p := cfg.Protocol
+	p.Logger = log
+	proc, err := worker.NewEngine(p, worker.EngineOptions{
 		System: sqsSystem, MaxAttempts: q.MaxReceiveCount, MaxDelay: MaxVisibility - time.Second,
 		MaxHoldBackoff: cfg.MaxHoldBackoff, BreakerThreshold: cfg.BreakerThreshold, Clock: skew,
 	})
-	if q.MaxReceiveCount > 0 && proc.schedule.covers < cfg.OutageCover {
+	if err != nil {
+		return nil, err
+	}
+	if q.MaxReceiveCount > 0 && proc.RetryCovers() < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
-			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.schedule.covers),
+			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.RetryCovers()),
 			slog.Duration("outage_cover", cfg.OutageCover))
 	}
 	warnFIFOReceives(q, log)
@@ -99,6 +88,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		ready: make(chan struct{}),
 		stop:  make(chan struct{}),
 		proc:  proc,
+		skew:  skew,
 	}
 	w.remeasure(ctx) // before the first receive: a long poll bounds the offset only loosely
 	return w, nil
@@ -107,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 // remeasure makes a short SQS call, whose answer's Date the clock check
 // measures. A failure is left to the receives to report.
 func (w *Worker) remeasure(ctx context.Context) {
-	if w.proc.skew == nil {
+	if w.skew == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -118,29 +108,6 @@ func (w *Worker) remeasure(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		w.log.Debug("measuring the clock offset failed", slog.Any("error", err))
 	}
-}
-
-// checker is a store that can check at start that it can work: its table
-// exists with the key and TTL it needs (dynamo.Store.Check).
-type checker interface {
-	Check(ctx context.Context) error
-}
-
-// checkStore runs the store's Check, if it has one; a failure wraps
-// ErrConfig, so the worker refuses to start rather than fail at the first
-// message.
-func checkStore(ctx context.Context, s any) error {
-	c, ok := s.(checker)
-	if !ok {
-		return nil
-	}
-	if err := c.Check(ctx); err != nil {
-		if ctx.Err() != nil {
-			return err // stopped while checking
-		}
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return nil
 }
 
 // Health returns nil while the worker receives normally, and an error
@@ -166,7 +133,7 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // still running when all but shutdownReserve of it has passed have their
 // contexts cancelled (their claims are released and their messages made
 // visible again). Run returns nil after a clean drain, and an error wrapping
-// ErrShutdownTimeout when handlers had not returned by the end of
+// worker.ErrShutdownTimeout when handlers had not returned by the end of
 // ShutdownTimeout. Such a handler runs on in the process: its claim is
 // renewed and its message's visibility extended until it returns (or the
 // process exits), so no other worker runs its key alongside it; then its
@@ -229,7 +196,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// holds, and drops the abandoned handler's late one.
 			w.abandon()
 			del.close()
-			return fmt.Errorf("%w (%s)", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
+			return fmt.Errorf("%w (%s)", worker.ErrShutdownTimeout, w.cfg.ShutdownTimeout)
 		}
 	}
 	del.close()
@@ -237,7 +204,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-delDone:
 	case <-deadline.C:
 		w.log.Error("shutdown timeout: acks not sent; those messages come back and are acked as duplicates")
-		return fmt.Errorf("%w (%s): sending acks", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
+		return fmt.Errorf("%w (%s): sending acks", worker.ErrShutdownTimeout, w.cfg.ShutdownTimeout)
 	}
 	w.log.Info("worker stopped")
 	return nil
@@ -260,10 +227,6 @@ func (w *Worker) abandon() {
 	w.log.Error("shutdown timeout: handlers still running; their messages come back when their visibility ends",
 		slog.Int("abandoned", n), slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
 }
-
-// ErrShutdownTimeout is returned by Run when in-flight work had not ended
-// within ShutdownTimeout of its context's end, even after cancellation.
-var ErrShutdownTimeout = errors.New("worker: shutdown timeout: handlers still running")
 
 // shutdownReserve is the part of the shutdown timeout kept for cancelled
 // handlers to release their claims and return their messages: a quarter of
@@ -312,7 +275,7 @@ var receiveSystemAttributes = []types.MessageSystemAttributeName{
 }
 
 type sqsDelivery struct {
-	msg        Message
+	msg        worker.Message
 	receipt    string
 	body       *string
 	attrs      map[string]types.MessageAttributeValue
@@ -321,7 +284,7 @@ type sqsDelivery struct {
 	probe      bool   // received while the breaker was open
 	group      string // MessageGroupId, on FIFO (and fair) queues
 	// traceHeader is SQS's AWSTraceHeader system attribute: an X-Ray
-	// trace header, the parent of the message's span (Engine.withTraceHeader).
+	// trace header, the parent of the message's span (withTraceHeader).
 	traceHeader string
 	// leaseFrom, when set, is when the lease was last extended while the
 	// message waited behind others of its FIFO group.
@@ -351,12 +314,12 @@ func (w *Worker) delivery(m *types.Message, receivedAt time.Time) *sqsDelivery {
 // sqsSystem is SQS's messaging.system in the message spans.
 const sqsSystem = "aws_sqs"
 
-// sqsMessage is the Message of an SQS delivery: its system attributes
+// sqsMessage is the worker.Message of an SQS delivery: its system attributes
 // (sys) give its Attempt, FirstReceived and Redelivered; native is the
 // SDK's or the Lambda event's record of it.
-func sqsMessage(id, body string, attrs, sys map[string]string, native any) Message {
+func sqsMessage(id, body string, attrs, sys map[string]string, native any) worker.Message {
 	rc, _ := strconv.Atoi(sys[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	m := Message{ID: id, Body: body, Attributes: attrs, Attempt: max(rc, 1), Redelivered: rc > 1, Native: native}
+	m := worker.Message{ID: id, Body: body, Attributes: attrs, Attempt: max(rc, 1), Redelivered: rc > 1, Native: native}
 	if ms, err := strconv.ParseInt(sys[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64); err == nil && ms > 0 {
 		m.FirstReceived = time.UnixMilli(ms)
 	}
@@ -390,7 +353,7 @@ type deadLetter struct {
 	// a FIFO queue: the copy is sent in the same group, with a
 	// deduplication id derived from messageID. Empty: a standard queue.
 	groupID string
-	// secret signs the copy's OriginalIDAttribute (Protocol.OriginalIDSecret); "": none is written.
+	// secret signs the copy's worker.OriginalIDAttribute (worker.Protocol.OriginalIDSecret); "": none is written.
 	secret origin.Secret
 }
 
@@ -418,12 +381,12 @@ func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue
 		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 	}
 	body := aws.ToString(dl.body)
-	_, signed := origin.Verify(dl.secret, aws.ToString(dl.attrs[OriginalIDAttribute].StringValue),
-		aws.ToString(dl.attrs[FirstReceivedAttribute].StringValue), body)
+	_, signed := origin.Verify(dl.secret, aws.ToString(dl.attrs[worker.OriginalIDAttribute].StringValue),
+		aws.ToString(dl.attrs[worker.FirstReceivedAttribute].StringValue), body)
 	out := make(map[string]types.MessageAttributeValue, maxMessageAttributes)
 	size := len(body)
 	for k, v := range dl.attrs {
-		if k == ReasonAttribute || !signed && (k == OriginalIDAttribute || k == FirstReceivedAttribute) {
+		if k == worker.ReasonAttribute || !signed && (k == worker.OriginalIDAttribute || k == worker.FirstReceivedAttribute) {
 			continue
 		}
 		out[k] = v
@@ -434,13 +397,13 @@ func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue
 	if !signed && dl.secret != "" && dl.messageID != "" {
 		// Its value, signed over the first receipt time if that fits, is
 		// made below; its length does not depend on what it covers.
-		own = append(own, OriginalIDAttribute)
+		own = append(own, worker.OriginalIDAttribute)
 		values = append(values, str(strings.Repeat("x", origin.SignedLen(len(dl.messageID)))))
 	}
-	own, values = append(own, ReasonAttribute), append(values, str(truncate(dl.reason, 1024)))
+	own, values = append(own, worker.ReasonAttribute), append(values, str(truncate(dl.reason, 1024)))
 	if !signed {
 		if ms, err := strconv.ParseInt(dl.firstRecv, 10, 64); err == nil && ms > 0 {
-			own = append(own, FirstReceivedAttribute)
+			own = append(own, worker.FirstReceivedAttribute)
 			values = append(values, str(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
 		}
 	}
@@ -453,8 +416,8 @@ func (dl *deadLetter) attributes() (attrs map[string]types.MessageAttributeValue
 		out[k] = values[i]
 		size += n
 	}
-	if _, ok := out[OriginalIDAttribute]; ok && !signed {
-		out[OriginalIDAttribute] = str(origin.Sign(dl.secret, dl.messageID, aws.ToString(out[FirstReceivedAttribute].StringValue), body))
+	if _, ok := out[worker.OriginalIDAttribute]; ok && !signed {
+		out[worker.OriginalIDAttribute] = str(origin.Sign(dl.secret, dl.messageID, aws.ToString(out[worker.FirstReceivedAttribute].StringValue), body))
 	}
 	if len(out) == 0 {
 		return nil, omitted
@@ -470,22 +433,22 @@ func attributeBytes(name string, v types.MessageAttributeValue) int {
 // send copies the message to the dead-letter queue with its reason
 // attached and reports whether the source copy may be deleted. With no
 // dead-letter queue it logs and keeps the message.
-func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metrics *Metrics, log *slog.Logger) bool {
+func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metrics *worker.Metrics, log *slog.Logger) bool {
 	if dlqURL == "" {
-		metrics.record(log, slog.LevelError, OutcomePoisonKept, "poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
+		metrics.Record(log, slog.LevelError, worker.OutcomePoisonKept, "poison message kept on the queue: no dead-letter queue", slog.String("reason", dl.reason))
 		return false
 	}
 	attrs, omitted := dl.attributes()
 	if len(omitted) > 0 {
-		// Without OriginalIDAttribute a redriven copy gets a new id, so a
+		// Without worker.OriginalIDAttribute a redriven copy gets a new id, so a
 		// message-id key changes and the work can run again; without
-		// ReasonAttribute no -exclude-reason can hold it back.
+		// worker.ReasonAttribute no -exclude-reason can hold it back.
 		// `worker redrive` leaves such copies unless told otherwise.
 		log.Error("dead-letter copy without some of the worker's attributes: the message's own fill SQS's limits; "+
-			"without "+OriginalIDAttribute+" a redrive gives it a new id, and a key taken from the message id changes",
+			"without "+worker.OriginalIDAttribute+" a redrive gives it a new id, and a key taken from the message id changes",
 			slog.Any("dropped", omitted), slog.String("reason", dl.reason))
 		for _, a := range omitted {
-			metrics.droppedAttributes.WithLabelValues(a).Inc()
+			metrics.DroppedAttribute(a)
 		}
 	}
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: dl.body, MessageAttributes: attrs}
@@ -495,10 +458,10 @@ func (dl *deadLetter) send(ctx context.Context, api SQSAPI, dlqURL string, metri
 	_, err := api.SendMessage(ctx, in)
 	if err != nil {
 		// Not deleted: the message comes back and is dead-lettered again.
-		metrics.record(log, slog.LevelError, OutcomeSendFailed, "dead-letter send failed; message left on the queue", slog.Any("error", err))
+		metrics.Record(log, slog.LevelError, worker.OutcomeSendFailed, "dead-letter send failed; message left on the queue", slog.Any("error", err))
 		return false
 	}
-	metrics.record(log, slog.LevelInfo, OutcomeDeadLettered, "dead-lettered", slog.String("reason", dl.reason))
+	metrics.Record(log, slog.LevelInfo, worker.OutcomeDeadLettered, "dead-lettered", slog.String("reason", dl.reason))
 	return true
 }
 
@@ -510,7 +473,7 @@ func (w *Worker) returnUnstarted(d *sqsDelivery) {
 		log.Warn("returning an unstarted message failed; it reappears when its visibility ends", slog.Any("error", err))
 		return
 	}
-	w.cfg.Metrics.record(log, slog.LevelInfo, OutcomeReturned, "stopping: returned unstarted message to the queue")
+	w.cfg.Metrics.Record(log, slog.LevelInfo, worker.OutcomeReturned, "stopping: returned unstarted message to the queue")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -535,7 +498,7 @@ type deleter struct {
 	api     SQSAPI
 	url     *string
 	delay   time.Duration
-	metrics *Metrics
+	metrics *worker.Metrics
 	log     *slog.Logger
 	in      chan string
 	mu      sync.RWMutex // add holds it to read, close to write: no send on a closed in
@@ -549,7 +512,7 @@ type deleter struct {
 // acks of a busy worker queue up faster than one request clears them).
 const maxDeletesInFlight = 4
 
-func newDeleter(api SQSAPI, url string, delay time.Duration, m *Metrics, log *slog.Logger) *deleter {
+func newDeleter(api SQSAPI, url string, delay time.Duration, m *worker.Metrics, log *slog.Logger) *deleter {
 	return &deleter{
 		api: api, url: aws.String(url), delay: delay, metrics: m, log: log,
 		in: make(chan string, 64), sending: make(chan struct{}, maxDeletesInFlight),
@@ -624,7 +587,7 @@ func (d *deleter) flush(receipts []string) {
 	for i, r := range receipts {
 		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r)}
 	}
-	d.metrics.deleteBatches.Inc()
+	d.metrics.DeleteBatch()
 	out, err := d.api.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{QueueUrl: d.url, Entries: entries})
 	if err != nil {
 		// The claims are completed: the redeliveries will be acked as duplicates.

@@ -1,4 +1,4 @@
-package worker
+package sqsworker
 
 import (
 	"cmp"
@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // LambdaConfig configures a Lambda: the same protocol as Worker, for SQS
@@ -20,7 +22,7 @@ import (
 type LambdaConfig struct {
 	// Protocol is the per-message protocol's settings, as for Worker: its
 	// fields are LambdaConfig's too.
-	Protocol
+	worker.Protocol
 	// SQS, with QueueURL, lets the function move poison records to the
 	// queue's dead-letter queue at once and set a retried or deferred
 	// record's visibility; without them those records are reported as batch
@@ -56,13 +58,14 @@ const DefaultLambdaConcurrency = 10
 type Lambda struct {
 	cfg   LambdaConfig
 	queue QueueInfo
-	proc  *Engine
+	proc  *worker.Engine
+	skew  *worker.ClockCheck // nil: no clock check (no QueueURL)
 	log   *slog.Logger
 	emf   *emf
 }
 
 // NewLambda checks cfg and, when QueueURL is set, reads the queue's
-// retention and dead-letter queue. Errors for bad settings wrap ErrConfig.
+// retention and dead-letter queue. Errors for bad settings wrap worker.ErrConfig.
 func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultLambdaConcurrency
@@ -73,41 +76,38 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.ClockSkewMax == 0 {
 		cfg.ClockSkewMax = cfg.LeaseMargin / 2
 	}
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
+		errs = append(errs, &worker.FieldError{Field: "Store", Problem: "is required"})
 	}
 	if cfg.Handler == nil {
-		errs = append(errs, &FieldError{Field: "Handler", Problem: "is required"})
+		errs = append(errs, &worker.FieldError{Field: "Handler", Problem: "is required"})
 	}
-	if cfg.Concurrency < 1 || cfg.Concurrency > MaxConcurrency {
-		errs = append(errs, fieldErr("Concurrency", cfg.Concurrency, "must be 1 to %d", MaxConcurrency))
+	if cfg.Concurrency < 1 || cfg.Concurrency > worker.MaxConcurrency {
+		errs = append(errs, fieldErr("Concurrency", cfg.Concurrency, "must be 1 to %d", worker.MaxConcurrency))
 	}
 	if cfg.QueueURL != "" && cfg.SQS == nil {
-		errs = append(errs, &FieldError{Field: "SQS", Problem: "is required with QueueURL"})
+		errs = append(errs, &worker.FieldError{Field: "SQS", Problem: "is required with QueueURL"})
 	}
 	if cfg.QueueURL == "" && cfg.Retention <= 0 {
-		errs = append(errs, &FieldError{Field: "Retention", Problem: "is required when QueueURL is not set (it cannot be checked against the queue)"})
+		errs = append(errs, &worker.FieldError{Field: "Retention", Problem: "is required when QueueURL is not set (it cannot be checked against the queue)"})
 	}
 	if cfg.ClockSkewMax >= cfg.LeaseMargin {
 		errs = append(errs, fieldErr("ClockSkewMax", cfg.ClockSkewMax, "must be less than LeaseMargin %s, which covers it", cfg.LeaseMargin))
 	}
-	if cfg.MaxRetryBackoff < cfg.MinRetryBackoff {
-		errs = append(errs, fieldErr("MaxRetryBackoff", cfg.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", cfg.MinRetryBackoff))
-	}
-	errs = append(errs, cfg.secretErrs()...)
-	if err := joinConfig(errs); err != nil {
+	errs = append(errs, cfg.SettingErrors()...)
+	if err := worker.ConfigErrors(errs...); err != nil {
 		return nil, err
 	}
-	if err := checkStore(ctx, cfg.Store); err != nil {
+	if err := worker.CheckStore(ctx, cfg.Store); err != nil {
 		return nil, err
 	}
 	l := &Lambda{cfg: cfg, log: cfg.Logger}
-	var skew *ClockCheck
+	var skew *worker.ClockCheck
 	if cfg.QueueURL != "" {
-		skew = NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
-		cfg.SQS = measureSQS(skew, cfg.SQS)
+		skew = worker.NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
+		cfg.SQS = measureSQS(skew, cfg.Now, cfg.SQS)
 		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
@@ -124,9 +124,15 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		l.log = l.log.With(slog.String("queue_url", cfg.QueueURL))
 	}
 	l.cfg = cfg
-	l.proc = l.cfg.engine(l.log, EngineOptions{
+	p := cfg.Protocol
+	p.Logger = l.log
+	proc, err := worker.NewEngine(p, worker.EngineOptions{
 		System: sqsSystem, MaxAttempts: l.queue.MaxReceiveCount, MaxDelay: MaxVisibility - time.Second, Clock: skew,
 	})
+	if err != nil {
+		return nil, err
+	}
+	l.proc, l.skew = proc, skew
 	l.emf = newLambdaEMF(cfg.EMF, cfg.Metrics, cfg.Now)
 	return l, nil
 }
@@ -164,7 +170,7 @@ func (l *Lambda) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	// FIFO: a group's records one at a time, in order (see fifo.go).
 	fifo := fifoEvent(ev) || l.queue.FIFO
 	runs := groupRuns(len(ev.Records), fifo, func(i int) string { return ev.Records[i].Attributes[groupAttribute] })
-	causes := make([]Action, len(ev.Records))
+	causes := make([]worker.Action, len(ev.Records))
 	runGroups(runs, l.cfg.Concurrency, func(i int) bool {
 		r := &ev.Records[i]
 		done, act := l.record(ctx, r, deadline, fifo)
@@ -192,8 +198,7 @@ const skewMeasureEvery = 10 * time.Second
 // measurement is older than skewMeasureEvery (or the clock was found
 // skewed): a batch is claimed only by a clock found in agreement.
 func (l *Lambda) remeasure(ctx context.Context) {
-	skewed, _ := l.proc.skew.state()
-	if !skewed && !l.proc.skew.stale(skewMeasureEvery) {
+	if l.skew == nil || !l.skew.Skewed() && !l.skew.Stale(skewMeasureEvery) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -212,7 +217,7 @@ func (l *Lambda) Queue() QueueInfo { return l.queue }
 
 // record processes one record and reports whether it is done, and what was
 // decided for it.
-func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time, fifo bool) (bool, Action) {
+func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time.Time, fifo bool) (bool, worker.Action) {
 	var attrs map[string]string
 	if len(r.MessageAttributes) > 0 {
 		attrs = make(map[string]string, len(r.MessageAttributes))
@@ -224,8 +229,8 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 	}
 	m := sqsMessage(r.MessageId, r.Body, attrs, r.Attributes, r)
 	until := deadline.Add(-l.cfg.LeaseMargin)
-	hctx := l.proc.withTraceHeader(ctx, r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)])
-	disp := l.proc.Process(hctx, &m, Hold{Until: until, Deadline: until, Ordered: fifo})
+	hctx := withTraceHeader(l.proc, ctx, r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)])
+	disp := l.proc.Process(hctx, &m, worker.Hold{Until: until, Deadline: until, Ordered: fifo})
 	return disp.Settle(lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.Action
 }
 

@@ -1,6 +1,7 @@
-package worker
+package sqsworker
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/worker"
 )
 
 // TestHTTPHandler: /readyz follows the worker's life (starting, polling,
@@ -19,13 +23,16 @@ import (
 func TestHTTPHandler(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	w := &Worker{
-		cfg:   Config{Protocol: Protocol{Metrics: m}},
-		ready: make(chan struct{}),
-		stop:  make(chan struct{}),
-		proc:  &Engine{processor{breaker: newBreaker(1, m, slog.New(slog.DiscardHandler), time.Now)}},
+	m := worker.NewMetrics(reg)
+	p := worker.Protocol{
+		Metrics: m, Store: memory.New(memory.Config{}), Retention: time.Hour, Logger: slog.New(slog.DiscardHandler),
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { return "", nil }),
 	}
+	proc, err := worker.NewEngine(p, worker.EngineOptions{BreakerThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{cfg: Config{Protocol: p}, ready: make(chan struct{}), stop: make(chan struct{}), proc: proc}
 	get := func(h http.Handler, path string) (int, string) {
 		t.Helper()
 		rec := httptest.NewRecorder()
@@ -45,9 +52,9 @@ func TestHTTPHandler(t *testing.T) {
 		// The dependency's error stays in the log: an unauthenticated
 		// endpoint must not tell a stranger which account and role failed.
 		{"breaker open", func() {
-			w.proc.breaker.failure("claim store", errors.New("AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/worker/i-0abc is not authorized to perform: dynamodb:UpdateItem"))
+			w.proc.DependencyFailed("claim store", errors.New("AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/worker/i-0abc is not authorized to perform: dynamodb:UpdateItem"))
 		}, http.StatusServiceUnavailable, "not ready: breaker open: claim store keeps failing"},
-		{"breaker closed", func() { w.proc.breaker.success() }, http.StatusOK, "ready"},
+		{"breaker closed", func() { w.proc.DependencyRecovered("claim store") }, http.StatusOK, "ready"},
 		{"stopping", func() { close(w.stop) }, http.StatusServiceUnavailable, "not ready: stopping"},
 	}
 	for _, s := range steps {
@@ -60,7 +67,7 @@ func TestHTTPHandler(t *testing.T) {
 		}
 	}
 
-	m.count(OutcomeCompleted)
+	m.Record(slog.New(slog.DiscardHandler), slog.LevelInfo, worker.OutcomeCompleted, "completed")
 	for name, h := range map[string]http.Handler{"registry": h, "nil gatherer": w.HTTPHandler(nil)} {
 		code, body := get(h, "/metrics")
 		if code != http.StatusOK {

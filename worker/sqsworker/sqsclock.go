@@ -1,41 +1,45 @@
-package worker
+package sqsworker
 
 import (
 	"context"
+	"time"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/claimfirst/claimfirst/worker"
 )
 
-// The SQS transports feed the clock check (ClockCheck) with the Date of
+// The SQS transports feed the clock check (worker.ClockCheck) with the Date of
 // every SQS answer.
 
 // stackOption adds the measuring middleware to an SDK call's stack: the
 // outermost step, so the interval covers every attempt.
-func stackOption(c *ClockCheck) func(*middleware.Stack) error {
+func stackOption(c *worker.ClockCheck, now func() time.Time) func(*middleware.Stack) error {
 	return func(stack *middleware.Stack) error {
 		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ClaimfirstClockSkew",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				start := c.now()
+				start := now()
 				out, md, err := next.HandleInitialize(ctx, in)
 				if t, ok := awsmiddleware.GetServerTime(md); ok {
-					c.Observe(t, start, c.now())
+					c.Observe(t, start, now())
 				}
 				return out, md, err
 			}), middleware.Before)
 	}
 }
 
-// measureSQS wraps api so that every answer's Date is observed by c (nil c: api).
-func measureSQS(c *ClockCheck, api SQSAPI) SQSAPI {
+// measureSQS wraps api so that every answer's Date is observed by c (nil
+// c: api), the call timed by now (the ClockCheck's clock).
+func measureSQS(c *worker.ClockCheck, now func() time.Time, api SQSAPI) SQSAPI {
 	if c == nil || api == nil {
 		return api
 	}
-	return measuredSQS{api: api, opt: func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, stackOption(c)) }}
+	return measuredSQS{api: api, opt: func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, stackOption(c, now)) }}
 }
 
-// measuredSQS is an SQSAPI whose calls are measured by a ClockCheck.
+// measuredSQS is an SQSAPI whose calls are measured by a worker.ClockCheck.
 type measuredSQS struct {
 	api SQSAPI
 	opt func(*sqs.Options)
