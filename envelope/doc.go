@@ -6,7 +6,7 @@
 //
 // A body is unwrapped only when it has every field AWS writes in that
 // envelope, with AWS's types; anything else passes through unchanged. The
-// worker unwraps by default (worker.Config.KeepEnvelopes turns it off) and
+// worker unwraps by default (worker.Protocol.KeepEnvelopes turns it off) and
 // copies an SNS notification's String and Number message attributes onto
 // the message where it has none of that name, except the worker's own
 // (OriginalMessageId, DeadLetterReason, FirstReceivedAt), which nothing in

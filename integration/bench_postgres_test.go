@@ -17,6 +17,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/internal/pgtest"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // BenchmarkWorkerPostgres measures, in one run, the claims on PostgreSQL at
@@ -80,7 +81,7 @@ func BenchmarkWorkerPostgres(b *testing.B) {
 			}
 			benchSend(b, sq, q, bodies)
 			depth := sqs.NewFromConfig(awstest.Config(b)) // not counted
-			return benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
+			return benchDrain(b, sqsworker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
 				func() bool { return benchDepth(b, depth, q) == 0 }, nil)
 		}},
 	}

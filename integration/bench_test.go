@@ -22,6 +22,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awsreq"
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // benchConcurrency is the worker's concurrency in every row, and the
@@ -166,7 +167,7 @@ func benchWorker(b *testing.B, claims bool) benchResult {
 		store = s
 	}
 	depth := sqs.NewFromConfig(awstest.Config(b)) // not counted
-	r := benchDrain(b, worker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
+	r := benchDrain(b, sqsworker.Config{QueueURL: q, SQS: sq, Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}}, b.N, counter,
 		func() bool { return benchDepth(b, depth, q) == 0 }, nil)
 	b.Logf("%s: %d messages, requests %v", map[bool]string{true: "claims", false: "baseline"}[claims], b.N, counter.Snapshot())
 	return r
@@ -178,7 +179,7 @@ func benchWorker(b *testing.B, claims bool) benchResult {
 // the i-th handled message. With a counter it measures the run from the
 // worker's start to the drain: shutdown waits for the pollers' long polls
 // to end (up to their wait time), which is not throughput.
-func benchDrain(b *testing.B, cfg worker.Config, n int, counter *awsreq.Counter, drained func() bool, each func(i int)) benchResult {
+func benchDrain(b *testing.B, cfg sqsworker.Config, n int, counter *awsreq.Counter, drained func() bool, each func(i int)) benchResult {
 	handled := make(chan struct{}, n)
 	cfg.Metrics = worker.NewMetrics(nil)
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -186,7 +187,7 @@ func benchDrain(b *testing.B, cfg worker.Config, n int, counter *awsreq.Counter,
 		handled <- struct{}{}
 		return "ok", nil
 	})
-	w, err := worker.New(context.Background(), cfg)
+	w, err := sqsworker.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func benchConfig(b *testing.B) (aws.Config, *awsreq.Counter) {
 	cfg := awstest.Config(b)
 	counter := awsreq.NewCounter()
 	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
-	cfg.HTTPClient = worker.HTTPClient(benchConcurrency)
+	cfg.HTTPClient = sqsworker.HTTPClient(benchConcurrency)
 	return cfg, counter
 }
 

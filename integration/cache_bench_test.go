@@ -18,6 +18,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/keyexpr"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // BenchmarkCache measures what a local cache of completed keys
@@ -96,7 +97,7 @@ func benchCache(b *testing.B, cached bool) cacheBenchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := worker.New(ctx, worker.Config{
+	w, err := sqsworker.New(ctx, sqsworker.Config{
 		QueueURL: q, SQS: sq, Concurrency: benchConcurrency,
 		Protocol: worker.Protocol{Store: store, Metrics: metrics, Decoder: dec,
 			Logger: slog.New(slog.DiscardHandler),

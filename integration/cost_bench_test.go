@@ -22,6 +22,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awsreq"
 	"github.com/claimfirst/claimfirst/internal/canned"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // cannedEnv makes the test binary, run again with it set, serve the canned
@@ -78,7 +79,7 @@ func cannedConfig(endpoint string) (aws.Config, *awsreq.Counter) {
 	cfg := aws.Config{
 		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("canned", "canned", ""),
-		HTTPClient:  worker.HTTPClient(benchConcurrency), RetryMaxAttempts: 1,
+		HTTPClient:  sqsworker.HTTPClient(benchConcurrency), RetryMaxAttempts: 1,
 	}
 	cfg.APIOptions = append(cfg.APIOptions, counter.APIOption())
 	return cfg, counter
@@ -141,7 +142,7 @@ func benchCostWorker(b *testing.B) benchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}},
+	return benchDrain(b, sqsworker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: benchConcurrency, Protocol: worker.Protocol{Store: store}},
 		b.N, counter, func() bool { return true }, nil)
 }
 
@@ -155,13 +156,13 @@ func BenchmarkRSS(b *testing.B) {
 		total, early = 1000, 100
 	}
 	cfg, _ := cannedConfig(startCanned(b, total))
-	cfg.HTTPClient = worker.HTTPClient(256)
+	cfg.HTTPClient = sqsworker.HTTPClient(256)
 	store, err := dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Table: "canned"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var rssEarly, rssEnd int64
-	benchDrain(b, worker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: 256, Protocol: worker.Protocol{Store: store}},
+	benchDrain(b, sqsworker.Config{QueueURL: cannedQueue, SQS: sqs.NewFromConfig(cfg), Concurrency: 256, Protocol: worker.Protocol{Store: store}},
 		total, nil, func() bool { rssEnd = rssBytes(b); return true }, func(i int) {
 			if i+1 == early {
 				rssEarly = rssBytes(b)

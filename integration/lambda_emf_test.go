@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // lambdaEMF returns the CloudWatch Embedded Metric Format lines in a
 // function's log: how many, and each metric's total over them. A line is
-// one whose JSON object has _aws.CloudWatchMetrics in worker.EMFNamespace.
+// one whose JSON object has _aws.CloudWatchMetrics in sqsworker.EMFNamespace.
 func lambdaEMF(t *testing.T, log string) (int, map[string]float64) {
 	t.Helper()
 	n, totals := 0, map[string]float64{}
@@ -39,7 +39,7 @@ func lambdaEMF(t *testing.T, log string) (int, map[string]float64) {
 			t.Fatal(err)
 		}
 		for _, d := range v.AWS.CloudWatchMetrics {
-			if d.Namespace != worker.EMFNamespace {
+			if d.Namespace != sqsworker.EMFNamespace {
 				continue
 			}
 			n++

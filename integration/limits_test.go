@@ -21,12 +21,13 @@ import (
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // runWorker runs an in-process worker on e's queue with cfg (queue, SQS
 // client, metrics and a short long poll filled in) until the returned stop
 // is called, which waits for it to end.
-func runWorker(t *testing.T, e *env, cfg worker.Config) (stop func()) {
+func runWorker(t *testing.T, e *env, cfg sqsworker.Config) (stop func()) {
 	t.Helper()
 	cfg.QueueURL, cfg.SQS = e.queueURL, e.sqs
 	cfg.WaitTime = time.Second
@@ -41,7 +42,7 @@ func runWorker(t *testing.T, e *env, cfg worker.Config) (stop func()) {
 		}
 		cfg.Store = s
 	}
-	w, err := worker.New(context.Background(), cfg)
+	w, err := sqsworker.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestResultTooLargeRunsOnce(t *testing.T) {
 	var effects atomic.Int32
 	big := strings.Repeat("r", 400*1024)
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{
+	stop := runWorker(t, e, sqsworker.Config{
 		HoldFor: 2 * time.Second,
 		Protocol: worker.Protocol{
 			Store: store, Metrics: metrics, MinRetryBackoff: 200 * time.Millisecond,
@@ -181,7 +182,7 @@ func TestRedriveKeepsTheMessageIDKey(t *testing.T) {
 	}
 	var effects atomic.Int32
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{
+	stop := runWorker(t, e, sqsworker.Config{
 		Protocol: worker.Protocol{Metrics: metrics, Handler: worker.HandlerFunc(func(_ context.Context, m *worker.Message) (string, error) {
 			effects.Add(1)
 			return "charged again", nil
@@ -224,7 +225,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		return "charged", nil
 	})
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
+	stop := runWorker(t, e, sqsworker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
 	waitFor(t, 30*time.Second, "the payment to be dead-lettered", func() bool { return metrics.Count(worker.OutcomeDeadLettered) > 0 })
 	e.waitDrained(30 * time.Second)
 	stop()
@@ -244,7 +245,7 @@ func TestDeadLetterKeepsEveryAttribute(t *testing.T) {
 		t.Fatalf("redrive: %+v %v", r, err)
 	}
 	metrics = worker.NewMetrics(nil)
-	stop = runWorker(t, e, worker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
+	stop = runWorker(t, e, sqsworker.Config{Protocol: worker.Protocol{Metrics: metrics, Decoder: &payment.Decoder{KeyFrom: keyFrom}, Handler: handler}})
 	waitFor(t, 30*time.Second, "the redriven payment to be handled", func() bool {
 		return metrics.Count(worker.OutcomeCompleted)+metrics.Count(worker.OutcomeDeadLettered) > 0
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // TestProbeIgnoringItsContext: while the breaker is open, a probe message
@@ -42,7 +43,7 @@ func TestProbeIgnoringItsContext(t *testing.T) {
 	}()
 	logs := &syncbuf.Buffer{}
 	const shutdown = 2 * time.Second
-	w, err := worker.New(context.Background(), worker.Config{
+	w, err := sqsworker.New(context.Background(), sqsworker.Config{
 		QueueURL: e.queueURL, SQS: e.sqs,
 		Concurrency: 4, WaitTime: time.Second, ShutdownTimeout: shutdown,
 		HoldFor: time.Millisecond, BreakerThreshold: 1, ProbeInterval: 100 * time.Millisecond,

@@ -14,6 +14,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/internal/faultproxy"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // TestRenewalBlipStillCompletes: the claim store's renewals (the
@@ -38,7 +39,7 @@ func TestRenewalBlipStillCompletes(t *testing.T) {
 	}
 	var effects, cancelled atomic.Int32
 	metrics := worker.NewMetrics(nil)
-	stop := runWorker(t, e, worker.Config{
+	stop := runWorker(t, e, sqsworker.Config{
 		HoldFor: time.Second,
 		Protocol: worker.Protocol{
 			Store: store, Metrics: metrics, MinRetryBackoff: 200 * time.Millisecond,

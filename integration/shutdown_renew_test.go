@@ -11,6 +11,7 @@ import (
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // TestAbandonedHandlerKeepsItsClaim: a handler ignores its cancelled
@@ -43,8 +44,8 @@ func TestAbandonedHandlerKeepsItsClaim(t *testing.T) {
 		}
 		return "sent", nil
 	})
-	newWorker := func(name string, m *worker.Metrics) *worker.Worker {
-		w, err := worker.New(context.Background(), worker.Config{
+	newWorker := func(name string, m *worker.Metrics) *sqsworker.Worker {
+		w, err := sqsworker.New(context.Background(), sqsworker.Config{
 			QueueURL: e.queueURL, SQS: e.sqs, WaitTime: time.Second, ShutdownTimeout: time.Second,
 			Protocol: worker.Protocol{Store: store, Handler: handler, Owner: name, Metrics: m,
 				Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),

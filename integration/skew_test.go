@@ -16,6 +16,7 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/internal/faultproxy"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // readyz returns a worker's /readyz status and body.
@@ -99,7 +100,7 @@ func TestLambdaClockSkew(t *testing.T) {
 	cfg := awstest.Config(t)
 	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(px.URL) })
 	var handled atomic.Int32
-	l, err := worker.NewLambda(context.Background(), worker.LambdaConfig{
+	l, err := sqsworker.NewLambda(context.Background(), sqsworker.LambdaConfig{
 		SQS: client, QueueURL: e.queueURL, EMF: io.Discard,
 		Protocol: worker.Protocol{
 			Store:   memory.New(memory.Config{}),

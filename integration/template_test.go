@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // The template's invariants, checked against the code's own names and rules.
@@ -111,9 +111,9 @@ func TestTemplateQueue(t *testing.T) {
 	if got := tmplInt(t, d.eval(t, redrive["maxReceiveCount"], nil)); got < 5 {
 		t.Errorf("%s: maxReceiveCount = %d, want >= 5 (a deferred duplicate spends receives too)", queueID, got)
 	}
-	if got := tmplInt(t, d.eval(t, redrive["maxReceiveCount"], map[string]any{"FifoQueue": "true"})); got < worker.FIFOMaxReceiveCount {
+	if got := tmplInt(t, d.eval(t, redrive["maxReceiveCount"], map[string]any{"FifoQueue": "true"})); got < sqsworker.FIFOMaxReceiveCount {
 		t.Errorf("%s: FIFO maxReceiveCount = %d, want >= %d (each failure in a group spends a receive of the messages behind it)",
-			queueID, got, worker.FIFOMaxReceiveCount)
+			queueID, got, sqsworker.FIFOMaxReceiveCount)
 	}
 	retention := tmplSeconds(t, d.resolve(t, qprops["MessageRetentionPeriod"], nil))
 	dlqRetention := tmplSeconds(t, d.resolve(t, tmplMap(t, dlq["Properties"])["MessageRetentionPeriod"], nil))
@@ -254,7 +254,7 @@ func TestTemplateClaimRetention(t *testing.T) {
 	}
 	queueID, queue := d.queue(t)
 	dlqID, dlq := d.deadLetterQueue(t, queue)
-	q := worker.QueueInfo{
+	q := sqsworker.QueueInfo{
 		Retention:           tmplSeconds(t, d.resolve(t, tmplMap(t, queue["Properties"])["MessageRetentionPeriod"], nil)),
 		DeadLetterRetention: tmplSeconds(t, d.resolve(t, tmplMap(t, dlq["Properties"])["MessageRetentionPeriod"], nil)),
 	}
@@ -266,14 +266,14 @@ func TestTemplateClaimRetention(t *testing.T) {
 	}
 	// The worker's largest clock bound (its lease margin's cap) and its
 	// default hold, or a FIFO group's wait.
-	if err := worker.CheckRetention(retention, q, 5*time.Second, worker.MaxVisibility); err != nil {
+	if err := sqsworker.CheckRetention(retention, q, 5*time.Second, sqsworker.MaxVisibility); err != nil {
 		t.Errorf("the worker would refuse to start: %v", err)
 	}
 	// A redrive from the dead-letter queue sends a new message with a new
 	// enqueue time, so a copy can arrive up to queue + DLQ retention late.
-	if want := worker.DefaultRetention(q); retention < want {
+	if want := sqsworker.DefaultRetention(q); retention < want {
 		t.Errorf("CLAIM_RETENTION %s is shorter than the worker's default for these queues, %s (queue %s + dead-letter %s + margin %s)",
-			retention, want, q.Retention, q.DeadLetterRetention, worker.RetentionMargin)
+			retention, want, q.Retention, q.DeadLetterRetention, sqsworker.RetentionMargin)
 	}
 }
 

@@ -14,12 +14,13 @@ import (
 
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 	"github.com/claimfirst/claimfirst/worker/workertest"
 )
 
 // The Lambda adapter's harness plays the event source mapping over the
 // wire, as AWS runs it: it long-polls the emulator's queue, invokes one
-// execution environment (a worker.Lambda behind a gate) with a batch as an
+// execution environment (a sqsworker.Lambda behind a gate) with a batch as an
 // SQS event with a deadline of the function timeout, and deletes the
 // records the response does not report as failures. An invocation still
 // running at its deadline is killed with its environment: the gate closes,
@@ -63,7 +64,7 @@ func newLambdaDoor(t workertest.T, o workertest.Options) *door {
 type lambdaEnv struct {
 	d      *door
 	g      *gate
-	fn     *worker.Lambda
+	fn     *sqsworker.Lambda
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -71,7 +72,7 @@ type lambdaEnv struct {
 func (d *door) startLambda(ctx context.Context, p worker.Protocol) (workertest.Consumer, error) {
 	g := &gate{}
 	p.Store = gatedStore{Store: p.Store, g: g}
-	fn, err := worker.NewLambda(ctx, worker.LambdaConfig{
+	fn, err := sqsworker.NewLambda(ctx, sqsworker.LambdaConfig{
 		Protocol: p, SQS: consumerSQS{d: d, g: g}, QueueURL: d.queueURL,
 		LeaseMargin: lambdaDoorMargin, EMF: io.Discard,
 	})

@@ -23,12 +23,13 @@ import (
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/internal/faultproxy"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 	"github.com/claimfirst/claimfirst/worker/workertest"
 )
 
 // The door contract (package workertest) run against the emulator over the
-// wire: SQS long polling (worker.New) here, the Lambda adapter
-// (worker.NewLambda) in workertest_lambda_test.go. Each scenario gets its
+// wire: SQS long polling (sqsworker.New) here, the Lambda adapter
+// (sqsworker.NewLambda) in workertest_lambda_test.go. Each scenario gets its
 // own queue, dead-letter queue and claim table. The consumers run in this
 // process, each behind a gate: a crash closes it, and from then on none of
 // the consumer's calls (SQS, the claim store) goes out, as if its process
@@ -310,7 +311,7 @@ type consumerSQS struct {
 	ackCrashes bool
 }
 
-var _ worker.SQSAPI = consumerSQS{}
+var _ sqsworker.SQSAPI = consumerSQS{}
 
 func (c consumerSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	if c.g.dead.Load() {
@@ -436,7 +437,7 @@ func (s gatedStore) Release(ctx context.Context, p claimstore.ReleaseParams) err
 	return s.Store.Release(ctx, p)
 }
 
-// longPoll is a long-polling worker.Worker run by the harness.
+// longPoll is a long-polling sqsworker.Worker run by the harness.
 type longPoll struct {
 	g      *gate
 	cancel context.CancelFunc
@@ -448,7 +449,7 @@ type longPoll struct {
 func (d *door) startLongPoll(ctx context.Context, p worker.Protocol) (workertest.Consumer, error) {
 	g := &gate{}
 	p.Store = gatedStore{Store: p.Store, g: g}
-	w, err := worker.New(ctx, worker.Config{
+	w, err := sqsworker.New(ctx, sqsworker.Config{
 		Protocol: p, QueueURL: d.queueURL, SQS: consumerSQS{d: d, g: g, ackCrashes: true},
 		Concurrency: 4, WaitTime: time.Second, ShutdownTimeout: longPollShutdown,
 		MaxHoldBackoff: 500 * time.Millisecond, ProbeInterval: 500 * time.Millisecond,

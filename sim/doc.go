@@ -3,7 +3,7 @@
 // seed, and checks the two promises after every run: nothing twice,
 // nothing lost.
 //
-// The world is an in-memory SQS (SQS, a worker.SQSAPI: standard and FIFO
+// The world is an in-memory SQS (SQS, an sqsworker.SQSAPI: standard and FIFO
 // queues, long polling, visibility timeouts, receive counts, redrive to a
 // dead-letter queue, duplicate delivery, stale receipt handles, message
 // limits), a claim table (Store, seen by each worker through a StoreView on
@@ -20,7 +20,7 @@
 // a second SQS message in the same envelope), or by an order number above
 // 2^53 through a key expression (worker.KeyFromJMESPath), where
 // neighbouring orders share a float64. Several real
-// worker.Worker instances consume the queue, or real worker.Lambda
+// sqsworker.Worker instances consume the queue, or real sqsworker.Lambda
 // functions (Deploy) that a simulated event source mapping invokes with
 // batches of up to ten records and a deadline, deleting what they did not
 // report as failed, and killing an invocation at its deadline with its

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // Deploy chooses how the workers of a run are deployed.
@@ -24,9 +25,9 @@ const (
 	// AnyDeploy lets the seed choose for each worker slot: a Lambda
 	// function one time in three, else a long-polling container.
 	AnyDeploy Deploy = iota
-	// Containers runs every slot as a long-polling worker.Worker.
+	// Containers runs every slot as a long-polling sqsworker.Worker.
 	Containers
-	// Lambdas runs every slot as a worker.Lambda function, invoked by a
+	// Lambdas runs every slot as a sqsworker.Lambda function, invoked by a
 	// simulated event source mapping.
 	Lambdas
 )
@@ -60,7 +61,7 @@ func (w *world) lambdaSlot(i int) bool {
 // world stopped.
 func (w *world) lambdaIncarnation(ctx context.Context, n *node, killAt time.Duration) bool {
 	store, handler, decoder := w.clients(n)
-	var cfg worker.LambdaConfig
+	var cfg sqsworker.LambdaConfig
 	cfg.Store, cfg.Handler, cfg.Decoder = store, handler, decoder
 	cfg.SQS, cfg.QueueURL = gatedSQS{n: n, api: w.sqs}, w.src
 	cfg.OutageCover, cfg.Owner, cfg.Now, cfg.OriginalIDSecret = outageCover, n.name, n.clock, originalIDSecret
@@ -70,12 +71,12 @@ func (w *world) lambdaIncarnation(ctx context.Context, n *node, killAt time.Dura
 		cfg.Metrics = worker.NewMetrics(reg)
 		defer func() { w.noticed(n, reg) }()
 	}
-	fn, err := worker.NewLambda(ctx, cfg) // the cold start
+	fn, err := sqsworker.NewLambda(ctx, cfg) // the cold start
 	if err != nil {
 		if n.isCrashed() || ctx.Err() != nil {
 			return ctx.Err() == nil
 		}
-		w.j.violate("world", "%s: worker.NewLambda: %v", n.name, err)
+		w.j.violate("world", "%s: sqsworker.NewLambda: %v", n.name, err)
 		return false
 	}
 	var kill <-chan time.Time

@@ -17,6 +17,7 @@ import (
 	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/sim"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // store is a claim store that commits ledger writes too.
@@ -138,7 +139,7 @@ func (s receiveCountSchedule) Acquire(ctx context.Context, p claimstore.AcquireP
 
 // noDate calls SQS without the caller's SDK options, so the answers' Date
 // never reaches the worker's clock check.
-type noDate struct{ api worker.SQSAPI }
+type noDate struct{ api sqsworker.SQSAPI }
 
 func (n noDate) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	return n.api.ReceiveMessage(ctx, in)
@@ -338,7 +339,7 @@ func mailing(faults sim.Fault, ignoresContext bool, ended func(cause string)) si
 // unencodableIsPermanent is the worker as it was when a typed result that
 // did not encode made the handler's success a permanent failure: the claim
 // of an effect already done is released and the message dead-lettered.
-func unencodableIsPermanent(_ int, c *worker.Config) {
+func unencodableIsPermanent(_ int, c *sqsworker.Config) {
 	h := c.Handler
 	c.Handler = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
 		r, err := h.Handle(ctx, m)
@@ -353,7 +354,7 @@ func unencodableIsPermanent(_ int, c *worker.Config) {
 // keyByDelivery is the default decoder as it was before it read the
 // envelope: a message is keyed by its own SQS id, so two deliveries of one
 // SNS publication are two keys.
-func keyByDelivery(_ int, c *worker.Config) {
+func keyByDelivery(_ int, c *sqsworker.Config) {
 	dec := c.Decoder
 	c.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
 		err := dec.Decode(m)
@@ -365,7 +366,7 @@ func keyByDelivery(_ int, c *worker.Config) {
 // keyByFloat is the key expression as it was when payloads were decoded
 // into float64: an order number is keyed by its float64's text, and above
 // 2^53 neighbouring orders share a key (the second is acked as a duplicate).
-func keyByFloat(_ int, c *worker.Config) {
+func keyByFloat(_ int, c *sqsworker.Config) {
 	dec := c.Decoder
 	c.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
 		if err := dec.Decode(m); err != nil {
@@ -412,7 +413,7 @@ var mutants = []struct {
 	}},
 	{"default decoder keys by m.ID", 200, func() sim.Config {
 		return sim.Config{KeyByMessageID: true,
-			Tune: func(_ int, c *worker.Config) {
+			Tune: func(_ int, c *sqsworker.Config) {
 				dec := c.Decoder
 				c.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
 					err := dec.Decode(m)
@@ -424,7 +425,7 @@ var mutants = []struct {
 	{"completion retries a too-large result", 20, func() sim.Config {
 		return sim.Config{
 			WrapStore: wrap(func(s store) claimstore.Store { return tooLarge{s} }),
-			Tune: func(_ int, c *worker.Config) {
+			Tune: func(_ int, c *sqsworker.Config) {
 				h := c.Handler
 				c.Handler = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) (string, error) {
 					r, err := h.Handle(ctx, m)
@@ -448,7 +449,7 @@ var mutants = []struct {
 				return func() time.Time { return time.Now().Add(skew) }
 			},
 			// The worker before its clock check: it never sees SQS's Date.
-			Tune: func(_ int, c *worker.Config) { c.SQS = noDate{c.SQS} }}
+			Tune: func(_ int, c *sqsworker.Config) { c.SQS = noDate{c.SQS} }}
 	}},
 	{"a lease run out on the worker's clock is lost", 20, func() sim.Config {
 		cfg := mailing(sim.RenewalBlip, false, nil)
@@ -459,7 +460,7 @@ var mutants = []struct {
 		e := &handlersEnded{ended: map[string]bool{}}
 		cfg := mailing(sim.Drain, true, nil)
 		cfg.WrapStore = wrap(func(s store) claimstore.Store { return renewalsEnd{s, e} })
-		cfg.Tune = func(_ int, c *worker.Config) { c.Handler = e.watch(c.Handler) }
+		cfg.Tune = func(_ int, c *sqsworker.Config) { c.Handler = e.watch(c.Handler) }
 		return cfg
 	}},
 	{"a result that does not encode is a permanent failure", 20, func() sim.Config {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // ErrCrashed is what every call of a crashed worker's clients answers:
@@ -110,7 +110,7 @@ type gatedSQS struct {
 	api *SQS
 }
 
-var _ worker.SQSAPI = gatedSQS{}
+var _ sqsworker.SQSAPI = gatedSQS{}
 
 func gated[I, O any](n *node, f func(context.Context, I, ...func(*sqs.Options)) (O, error), ctx context.Context, in I, opts ...func(*sqs.Options)) (O, error) {
 	var out O

@@ -16,12 +16,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/redrive"
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 var (
-	_ worker.SQSAPI = (*SQS)(nil)
-	_ redrive.API   = (*SQS)(nil)
+	_ sqsworker.SQSAPI = (*SQS)(nil)
+	_ redrive.API      = (*SQS)(nil)
 )
 
 // SQS limits the simulated queues enforce, as documented by AWS.
@@ -67,7 +67,7 @@ type StaleDeletes func(messageID string, receive int) bool
 // SQS is an in-memory SQS on the caller's clock (the synctest bubble's
 // virtual one in the simulator): standard and FIFO queues, long polling,
 // visibility timeouts, receive counts, redrive to a dead-letter queue.
-// It implements worker.SQSAPI and redrive.API and is safe for concurrent use.
+// It implements sqsworker.SQSAPI and redrive.API and is safe for concurrent use.
 //
 // It does not model: message timers and queue-level DelaySeconds other than
 // a message's DelaySeconds, retention expiry, high-throughput FIFO
@@ -261,7 +261,7 @@ func (m *message) view(q *queue, receipt string, want []string) types.Message {
 		Attributes: attrs, MessageAttributes: ma}
 }
 
-// receiveMessage answers ReceiveMessage (for worker.SQSAPI): it waits up to WaitTimeSeconds
+// receiveMessage answers ReceiveMessage (for sqsworker.SQSAPI): it waits up to WaitTimeSeconds
 // (long polling) for a visible message. A message whose receive count has
 // reached the redrive policy's maxReceiveCount is moved to the dead-letter
 // queue instead of being received again.
@@ -383,7 +383,7 @@ func (q *queue) find(receipt string) (int, *message, bool) {
 
 func validReceipt(r string) bool { return strings.Count(r, "#") == 2 }
 
-// deleteMessageBatch answers DeleteMessageBatch (for worker.SQSAPI). A stale receipt handle (the
+// deleteMessageBatch answers DeleteMessageBatch (for sqsworker.SQSAPI). A stale receipt handle (the
 // message was received again since) deletes the message if StaleDeletes says
 // so, and succeeds either way, as SQS may.
 func (s *SQS) deleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchInput) (*sqs.DeleteMessageBatchOutput, error) {
@@ -417,7 +417,7 @@ func (s *SQS) deleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchIn
 // as the latest one does (the emulator does so: TestSQSAgreesWithEmulator);
 // a message no longer in the queue, or not in flight, is refused.
 func (s *SQS) changeVisibility(q *queue, receipt string, seconds int32) error {
-	if seconds < 0 || time.Duration(seconds)*time.Second > worker.MaxVisibility {
+	if seconds < 0 || time.Duration(seconds)*time.Second > sqsworker.MaxVisibility {
 		return fmt.Errorf("%w: InvalidParameterValue: VisibilityTimeout %d", ErrSQS, seconds)
 	}
 	_, m, _ := q.find(receipt)
@@ -427,7 +427,7 @@ func (s *SQS) changeVisibility(q *queue, receipt string, seconds int32) error {
 		return fmt.Errorf("%w: ReceiptHandleIsInvalid: %s", ErrSQS, receipt)
 	case !m.visibleAt.After(now) || !m.inFlight:
 		return fmt.Errorf("%w: MessageNotInflight: %s", ErrSQS, m.id)
-	case now.Add(time.Duration(seconds) * time.Second).After(m.firstRecvOfReceipt(receipt).Add(worker.MaxVisibility)):
+	case now.Add(time.Duration(seconds) * time.Second).After(m.firstRecvOfReceipt(receipt).Add(sqsworker.MaxVisibility)):
 		return fmt.Errorf("%w: InvalidParameterValue: total visibility timeout exceeds 12 hours", ErrSQS)
 	}
 	m.visibleAt = now.Add(time.Duration(seconds) * time.Second)
@@ -443,7 +443,7 @@ func (s *SQS) changeVisibility(q *queue, receipt string, seconds int32) error {
 // message's first receive, which is earlier or equal: stricter than SQS.
 func (m *message) firstRecvOfReceipt(string) time.Time { return m.firstRecv }
 
-// changeMessageVisibility answers ChangeMessageVisibility (for worker.SQSAPI).
+// changeMessageVisibility answers ChangeMessageVisibility (for sqsworker.SQSAPI).
 func (s *SQS) changeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput) (*sqs.ChangeMessageVisibilityOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -457,7 +457,7 @@ func (s *SQS) changeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVi
 	return &sqs.ChangeMessageVisibilityOutput{}, nil
 }
 
-// changeMessageVisibilityBatch answers ChangeMessageVisibilityBatch (for worker.SQSAPI).
+// changeMessageVisibilityBatch answers ChangeMessageVisibilityBatch (for sqsworker.SQSAPI).
 func (s *SQS) changeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
 	if len(in.Entries) == 0 || len(in.Entries) > 10 {
 		return nil, fmt.Errorf("%w: %d entries: must be 1 to 10", ErrSQS, len(in.Entries))
@@ -520,7 +520,7 @@ func (s *SQS) send(q *queue, body string, attrs map[string]types.MessageAttribut
 	return id, nil
 }
 
-// sendMessage answers SendMessage (for worker.SQSAPI).
+// sendMessage answers SendMessage (for sqsworker.SQSAPI).
 func (s *SQS) sendMessage(_ context.Context, in *sqs.SendMessageInput) (*sqs.SendMessageOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -559,7 +559,7 @@ func (s *SQS) sendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput)
 	return out, nil
 }
 
-// getQueueAttributes answers GetQueueAttributes (for worker.SQSAPI).
+// getQueueAttributes answers GetQueueAttributes (for sqsworker.SQSAPI).
 func (s *SQS) getQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesInput) (*sqs.GetQueueAttributesOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -582,7 +582,7 @@ func (s *SQS) getQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesIn
 	return &sqs.GetQueueAttributesOutput{Attributes: attrs}, nil
 }
 
-// getQueueURL answers GetQueueUrl (for worker.SQSAPI).
+// getQueueURL answers GetQueueUrl (for sqsworker.SQSAPI).
 func (s *SQS) getQueueURL(_ context.Context, in *sqs.GetQueueUrlInput) (*sqs.GetQueueUrlOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -604,25 +604,25 @@ func (s *SQS) ListMessageMoveTasks(context.Context, *sqs.ListMessageMoveTasksInp
 	return nil, fmt.Errorf("%w: UnsupportedOperation: the simulator has no native move task", ErrSQS)
 }
 
-// ReceiveMessage implements worker.SQSAPI; its answer carries the simulated AWS's
+// ReceiveMessage implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	return answer(ctx, opts, func() (*sqs.ReceiveMessageOutput, error) { return s.receiveMessage(ctx, in) })
 }
 
-// DeleteMessageBatch implements worker.SQSAPI; its answer carries the simulated AWS's
+// DeleteMessageBatch implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
 	return answer(ctx, opts, func() (*sqs.DeleteMessageBatchOutput, error) { return s.deleteMessageBatch(ctx, in) })
 }
 
-// ChangeMessageVisibility implements worker.SQSAPI; its answer carries the simulated AWS's
+// ChangeMessageVisibility implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
 	return answer(ctx, opts, func() (*sqs.ChangeMessageVisibilityOutput, error) { return s.changeMessageVisibility(ctx, in) })
 }
 
-// ChangeMessageVisibilityBatch implements worker.SQSAPI; its answer carries the simulated AWS's
+// ChangeMessageVisibilityBatch implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
 	return answer(ctx, opts, func() (*sqs.ChangeMessageVisibilityBatchOutput, error) {
@@ -630,7 +630,7 @@ func (s *SQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMe
 	})
 }
 
-// SendMessage implements worker.SQSAPI; its answer carries the simulated AWS's
+// SendMessage implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 	return answer(ctx, opts, func() (*sqs.SendMessageOutput, error) { return s.sendMessage(ctx, in) })
@@ -642,13 +642,13 @@ func (s *SQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInpu
 	return answer(ctx, opts, func() (*sqs.SendMessageBatchOutput, error) { return s.sendMessageBatch(ctx, in) })
 }
 
-// GetQueueAttributes implements worker.SQSAPI; its answer carries the simulated AWS's
+// GetQueueAttributes implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
 	return answer(ctx, opts, func() (*sqs.GetQueueAttributesOutput, error) { return s.getQueueAttributes(ctx, in) })
 }
 
-// GetQueueUrl implements worker.SQSAPI; its answer carries the simulated AWS's
+// GetQueueUrl implements sqsworker.SQSAPI; its answer carries the simulated AWS's
 // Date, which an SDK middleware in opts (the worker's clock check) reads.
 func (s *SQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) { //nolint:revive // the SDK's name
 	return answer(ctx, opts, func() (*sqs.GetQueueUrlOutput, error) { return s.getQueueURL(ctx, in) })

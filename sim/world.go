@@ -24,6 +24,7 @@ import (
 	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // Fault is a kind of fault a run may inject; Faults is a set of them.
@@ -196,7 +197,7 @@ type Config struct {
 	WrapStore func(s claimstore.Store) claimstore.Store
 	// Tune changes a container worker's configuration before it starts (a
 	// decoder wrapper, a smaller HoldFor). Defaults to nil.
-	Tune func(slot int, c *worker.Config)
+	Tune func(slot int, c *sqsworker.Config)
 
 	// Rerun is the command that reruns this seed, printed with a failure.
 	// Defaults to a go test command naming the test.
@@ -482,7 +483,7 @@ func (w *world) run() *Result {
 	// reports them back). The burst keeps 10: its schedule is under test.
 	receives := maxReceiveCount
 	if w.fifo && !w.burst {
-		receives = worker.FIFOMaxReceiveCount
+		receives = sqsworker.FIFOMaxReceiveCount
 	}
 	if w.src, err = w.sqs.CreateQueue(QueueConfig{Name: "work" + suffix, VisibilityTimeout: visibility,
 		DeadLetter: "work-dlq" + suffix, MaxReceiveCount: receives}); err != nil {
@@ -814,7 +815,7 @@ const originalIDSecret origin.Secret = "sim-original-id-secret"
 // the process crashes or drains (true: restart it).
 func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stallAt time.Duration) bool {
 	store, handler, decoder := w.clients(n)
-	cfg := worker.Config{
+	cfg := sqsworker.Config{
 		QueueURL:        w.src,
 		SQS:             gatedSQS{n: n, api: w.sqs},
 		Concurrency:     4,
@@ -847,9 +848,9 @@ func (w *world) incarnation(ctx context.Context, n *node, crashAt, drainAt, stal
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wk, err := worker.New(wctx, cfg)
+	wk, err := sqsworker.New(wctx, cfg)
 	if err != nil {
-		w.j.violate("world", "%s: worker.New: %v", n.name, err)
+		w.j.violate("world", "%s: sqsworker.New: %v", n.name, err)
 		return false
 	}
 	done := make(chan struct{})

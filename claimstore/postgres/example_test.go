@@ -7,6 +7,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/postgres"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // A handler whose effect is rows in PostgreSQL hands its SQL to the worker:
@@ -22,7 +23,7 @@ func ExampleWrites() {
 		})})
 		return "ordered", nil
 	})
-	cfg := worker.Config{}
+	cfg := sqsworker.Config{}
 	cfg.Handler = h // with Store: a *postgres.Store
 	_ = cfg
 }

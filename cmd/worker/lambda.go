@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // cmdLambda serves SQS events as a Lambda function, configured by the same
@@ -18,7 +18,7 @@ import (
 func cmdLambda(ctx context.Context, io stdio) error {
 	s := newSettings("lambda", io)
 	queueURL := s.String("queue-url", "QUEUE_URL", "", "event source queue URL (optional)")
-	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 0, fmt.Sprintf("records of a batch processed at once (default %d)", worker.DefaultLambdaConcurrency))
+	concurrency := s.Int("concurrency", "WORKER_CONCURRENCY", 0, fmt.Sprintf("records of a batch processed at once (default %d)", sqsworker.DefaultLambdaConcurrency))
 	clockSkewMax := s.Duration("clock-skew-max", "CLOCK_SKEW_MAX", 0, "largest offset from AWS's clock at which records are claimed, checked with QUEUE_URL; negative: no check (default: half the lease margin)")
 	a := defineApp(s)
 	if err := s.Parse(nil); err != nil {
@@ -29,7 +29,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 		return err
 	}
 	defer ap.tracing.shutdown(ap.log)
-	var cfg worker.LambdaConfig
+	var cfg sqsworker.LambdaConfig
 	cfg.Store, cfg.Handler, cfg.Decoder = ap.store, ap.handler, ap.decoder
 	cfg.QueueURL, cfg.Retention, cfg.Concurrency, cfg.Logger = *queueURL, *a.retention, *concurrency, ap.log
 	cfg.TracerProvider, cfg.ClockSkewMax = ap.tracing.TracerProvider(), *clockSkewMax
@@ -37,7 +37,7 @@ func cmdLambda(ctx context.Context, io stdio) error {
 	if *queueURL != "" {
 		cfg.SQS = sqs.NewFromConfig(ap.aws, ap.tracing.sqs)
 	}
-	h, err := worker.NewLambda(ctx, cfg)
+	h, err := sqsworker.NewLambda(ctx, cfg)
 	if err != nil {
 		return startError(err)
 	}

@@ -140,7 +140,7 @@ func (s otelSink) WithName(name string) logr.LogSink {
 	return otelSink{log: s.log, name: name}
 }
 
-// TracerProvider returns the provider for worker.Config, nil when off.
+// TracerProvider returns the provider for worker.Protocol, nil when off.
 func (t *tracing) TracerProvider() trace.TracerProvider {
 	if t == nil || t.provider == nil {
 		return nil

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/redrive"
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // cmdRedrive is `worker redrive`: the queue's dead-letter messages back to it.
@@ -85,7 +85,7 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 		return err
 	}
 	api := sqs.NewFromConfig(cfg)
-	q, err := worker.ReadQueue(ctx, api, *queueURL)
+	q, err := sqsworker.ReadQueue(ctx, api, *queueURL)
 	if err != nil {
 		return fmt.Errorf("redrive: %w", err)
 	}
@@ -192,7 +192,7 @@ func printLeft(w io.Writer, ids []string, why string) {
 
 // redriveNative starts SQS's move task and waits for it; done is false when
 // the endpoint has none and the loop should run instead.
-func redriveNative(ctx context.Context, api *sqs.Client, q worker.QueueInfo, io stdio, prog *progress) (done bool, err error) {
+func redriveNative(ctx context.Context, api *sqs.Client, q sqsworker.QueueInfo, io stdio, prog *progress) (done bool, err error) {
 	dlqARN, err := queueARN(ctx, api, q.DeadLetterURL)
 	if err != nil {
 		return true, err

@@ -24,6 +24,7 @@ import (
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // appSettings are the settings shared by `worker run` and the Lambda mode.
@@ -78,7 +79,7 @@ type app struct {
 // warnKeyLifetime says at start when a message can be retried after the
 // provider has forgotten its key: queue retention plus the dead-letter
 // queue's exceeds the key lifetime.
-func (a *app) warnKeyLifetime(q worker.QueueInfo) {
+func (a *app) warnKeyLifetime(q sqsworker.QueueInfo) {
 	if a.client == nil {
 		return // no provider (HANDLER=ledger)
 	}
@@ -227,7 +228,7 @@ func readableDurations(_ []string, a slog.Attr) slog.Attr {
 // startError turns the worker's refusal to start into a usage error (exit
 // 2) naming the setting; other errors pass through.
 func startError(err error) error {
-	var re *worker.RetentionError
+	var re *sqsworker.RetentionError
 	switch {
 	case errors.As(err, &re):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
@@ -254,7 +255,7 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 
 // loadAWS reads the SDK's standard configuration chain.
 func loadAWS(ctx context.Context) (aws.Config, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(worker.HTTPClient(256)))
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(sqsworker.HTTPClient(256)))
 	if err != nil {
 		return aws.Config{}, usagef("AWS configuration: %v", err)
 	}
@@ -272,7 +273,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	var cfg worker.Config
+	var cfg sqsworker.Config
 	setWorker(&cfg)
 	// The library's own checks, before anything is built or dialled.
 	if err := cfg.CheckSettings(); err != nil {
@@ -297,7 +298,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	cfg.SQS, cfg.Store, cfg.Handler, cfg.Decoder = sqs.NewFromConfig(ap.aws, ap.tracing.sqs), ap.store, ap.handler, ap.decoder
 	cfg.Retention, cfg.Logger, cfg.Metrics, cfg.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
 	cfg.OriginalIDSecret = ap.originID
-	w, err := worker.New(ctx, cfg)
+	w, err := sqsworker.New(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
 			return nil // stopped while reading the queue
@@ -332,7 +333,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 
 // serveMetrics serves w.HTTPHandler: /metrics, /healthz (the process is up)
 // and /readyz (polling, not stopping, and no dependency breaker open).
-func serveMetrics(addr string, reg *prometheus.Registry, w *worker.Worker, log *slog.Logger) (*http.Server, error) {
+func serveMetrics(addr string, reg *prometheus.Registry, w *sqsworker.Worker, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/ledger"
-	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // cmdSetup creates the queue, its dead-letter queue and the claim table,
@@ -35,7 +35,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	table := s.String("claim-table", "CLAIM_TABLE", "claims", "claim table name")
 	visibility := s.Duration("visibility-timeout", "VISIBILITY_TIMEOUT", 30*time.Second, "the queue's visibility timeout")
 	retention := s.Duration("queue-retention", "QUEUE_RETENTION", 96*time.Hour, "the queue's message retention")
-	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 0, fmt.Sprintf("receives before SQS moves a message to the dead-letter queue (default %d, %d with -fifo)", standardMaxReceiveCount, worker.FIFOMaxReceiveCount))
+	maxReceives := s.Int("max-receive-count", "MAX_RECEIVE_COUNT", 0, fmt.Sprintf("receives before SQS moves a message to the dead-letter queue (default %d, %d with -fifo)", standardMaxReceiveCount, sqsworker.FIFOMaxReceiveCount))
 	ledgerTable := s.String("ledger-table", "LEDGER_TABLE", "", "also create this ledger table, for HANDLER=ledger (default: none)")
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
@@ -54,8 +54,8 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		fifoAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
 		fifoAttrs[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
 	}
-	if *visibility < 0 || *visibility > worker.MaxVisibility || *visibility%time.Second != 0 {
-		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to %s", *visibility, worker.MaxVisibility)
+	if *visibility < 0 || *visibility > sqsworker.MaxVisibility || *visibility%time.Second != 0 {
+		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to %s", *visibility, sqsworker.MaxVisibility)
 	}
 	if *retention < time.Minute || *retention > 14*24*time.Hour || *retention%time.Second != 0 {
 		return usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", *retention)
@@ -63,7 +63,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	if *maxReceives == 0 {
 		*maxReceives = standardMaxReceiveCount
 		if *fifo {
-			*maxReceives = worker.FIFOMaxReceiveCount
+			*maxReceives = sqsworker.FIFOMaxReceiveCount
 		}
 	}
 	if *maxReceives < 1 || *maxReceives > 1000 {

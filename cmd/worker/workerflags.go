@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
-// workerSetting is one worker.Config setting as the binary takes it: the
+// workerSetting is one sqsworker.Config setting as the binary takes it: the
 // field, its flag and environment variable, its help, and how the value
 // reaches the field. The flags, their help and the wording of the library's
 // validation errors all come from workerSettings, and no default is written
@@ -17,70 +18,70 @@ import (
 type workerSetting struct {
 	field, flag, env, help string
 	// define defines the flag in s and returns what sets its value.
-	define func(s *settings, r workerSetting) func(*worker.Config)
+	define func(s *settings, r workerSetting) func(*sqsworker.Config)
 }
 
-func intSetting(set func(*worker.Config, int)) func(*settings, workerSetting) func(*worker.Config) {
-	return func(s *settings, r workerSetting) func(*worker.Config) {
+func intSetting(set func(*sqsworker.Config, int)) func(*settings, workerSetting) func(*sqsworker.Config) {
+	return func(s *settings, r workerSetting) func(*sqsworker.Config) {
 		p := s.Int(r.flag, r.env, 0, r.help)
-		return func(c *worker.Config) { set(c, *p) }
+		return func(c *sqsworker.Config) { set(c, *p) }
 	}
 }
 
-func durationSetting(set func(*worker.Config, time.Duration)) func(*settings, workerSetting) func(*worker.Config) {
-	return func(s *settings, r workerSetting) func(*worker.Config) {
+func durationSetting(set func(*sqsworker.Config, time.Duration)) func(*settings, workerSetting) func(*sqsworker.Config) {
+	return func(s *settings, r workerSetting) func(*sqsworker.Config) {
 		p := s.Duration(r.flag, r.env, 0, r.help)
-		return func(c *worker.Config) { set(c, *p) }
+		return func(c *sqsworker.Config) { set(c, *p) }
 	}
 }
 
-func stringSetting(set func(*worker.Config, string)) func(*settings, workerSetting) func(*worker.Config) {
-	return func(s *settings, r workerSetting) func(*worker.Config) {
+func stringSetting(set func(*sqsworker.Config, string)) func(*settings, workerSetting) func(*sqsworker.Config) {
+	return func(s *settings, r workerSetting) func(*sqsworker.Config) {
 		p := s.String(r.flag, r.env, "", r.help)
-		return func(c *worker.Config) { set(c, *p) }
+		return func(c *sqsworker.Config) { set(c, *p) }
 	}
 }
 
-// workerSettings are the worker.Config settings `worker run` takes.
+// workerSettings are the sqsworker.Config settings `worker run` takes.
 var workerSettings = []workerSetting{
 	{"QueueURL", "queue-url", "QUEUE_URL", "source SQS queue URL (required)",
-		stringSetting(func(c *worker.Config, v string) { c.QueueURL = v })},
+		stringSetting(func(c *sqsworker.Config, v string) { c.QueueURL = v })},
 	{"Concurrency", "concurrency", "WORKER_CONCURRENCY",
-		fmt.Sprintf("messages processed at once, at most %d (default %d)", worker.MaxConcurrency, worker.DefaultConcurrency),
-		intSetting(func(c *worker.Config, v int) { c.Concurrency = v })},
+		fmt.Sprintf("messages processed at once, at most %d (default %d)", worker.MaxConcurrency, sqsworker.DefaultConcurrency),
+		intSetting(func(c *sqsworker.Config, v int) { c.Concurrency = v })},
 	{"VisibilityTimeout", "visibility-timeout", "VISIBILITY_TIMEOUT",
 		"lease length and visibility timeout per receive, whole seconds (default: the queue's)",
-		durationSetting(func(c *worker.Config, v time.Duration) { c.VisibilityTimeout = v })},
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.VisibilityTimeout = v })},
 	{"ShutdownTimeout", "shutdown-timeout", "SHUTDOWN_TIMEOUT",
-		fmt.Sprintf("longest time from SIGTERM to exit; in-flight handlers are cancelled before its last quarter, at most 5s (default %s)", worker.DefaultShutdownTimeout),
-		durationSetting(func(c *worker.Config, v time.Duration) { c.ShutdownTimeout = v })},
+		fmt.Sprintf("longest time from SIGTERM to exit; in-flight handlers are cancelled before its last quarter, at most 5s (default %s)", sqsworker.DefaultShutdownTimeout),
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.ShutdownTimeout = v })},
 	{"Owner", "owner", "WORKER_OWNER", "name of this instance in claims (default: host/pid/random)",
-		stringSetting(func(c *worker.Config, v string) { c.Owner = v })},
+		stringSetting(func(c *sqsworker.Config, v string) { c.Owner = v })},
 	{"OutageCover", "outage-cover", "OUTAGE_COVER",
 		fmt.Sprintf("dependency outage a message's receives must outlast before SQS may dead-letter it (default %s)", worker.DefaultOutageCover),
-		durationSetting(func(c *worker.Config, v time.Duration) { c.OutageCover = v })},
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.OutageCover = v })},
 	{"HoldFor", "hold-for", "HOLD_FOR",
-		fmt.Sprintf("how long a message is held, heartbeating, and retried in process before its receive is spent (default %s)", worker.DefaultHoldFor),
-		durationSetting(func(c *worker.Config, v time.Duration) { c.HoldFor = v })},
+		fmt.Sprintf("how long a message is held, heartbeating, and retried in process before its receive is spent (default %s)", sqsworker.DefaultHoldFor),
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.HoldFor = v })},
 	{"BreakerThreshold", "breaker-threshold", "BREAKER_THRESHOLD",
-		fmt.Sprintf("dependency failures in a row that stop receiving (default %d)", worker.DefaultBreakerThreshold),
-		intSetting(func(c *worker.Config, v int) { c.BreakerThreshold = v })},
+		fmt.Sprintf("dependency failures in a row that stop receiving (default %d)", sqsworker.DefaultBreakerThreshold),
+		intSetting(func(c *sqsworker.Config, v int) { c.BreakerThreshold = v })},
 	{"ProbeInterval", "probe-interval", "BREAKER_PROBE_INTERVAL",
-		fmt.Sprintf("pause between probe receives while the breaker is open (default %s)", worker.DefaultProbeInterval),
-		durationSetting(func(c *worker.Config, v time.Duration) { c.ProbeInterval = v })},
+		fmt.Sprintf("pause between probe receives while the breaker is open (default %s)", sqsworker.DefaultProbeInterval),
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.ProbeInterval = v })},
 	{"ClockSkewMax", "clock-skew-max", "CLOCK_SKEW_MAX",
 		"largest offset from AWS's clock at which messages are claimed; negative: no check (default: half the lease margin)",
-		durationSetting(func(c *worker.Config, v time.Duration) { c.ClockSkewMax = v })},
+		durationSetting(func(c *sqsworker.Config, v time.Duration) { c.ClockSkewMax = v })},
 }
 
 // defineWorkerSettings defines the flags of workerSettings in s; the
 // returned function sets a config's fields from them once s is parsed.
-func defineWorkerSettings(s *settings) func(*worker.Config) {
-	sets := make([]func(*worker.Config), len(workerSettings))
+func defineWorkerSettings(s *settings) func(*sqsworker.Config) {
+	sets := make([]func(*sqsworker.Config), len(workerSettings))
 	for i, r := range workerSettings {
 		sets[i] = r.define(s, r)
 	}
-	return func(c *worker.Config) {
+	return func(c *sqsworker.Config) {
 		for _, set := range sets {
 			set(c)
 		}

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // TestWorkerSettingsReachTheLibrary: each row of the table, by environment
-// variable and by flag, sets the worker.Config field it names.
+// variable and by flag, sets the sqsworker.Config field it names.
 func TestWorkerSettingsReachTheLibrary(t *testing.T) {
 	t.Parallel()
 	for _, r := range workerSettings {
-		field := reflect.ValueOf(worker.Config{}).FieldByName(r.field)
+		field := reflect.ValueOf(sqsworker.Config{}).FieldByName(r.field)
 		if !field.IsValid() {
-			t.Errorf("%s: worker.Config has no field %s", r.env, r.field)
+			t.Errorf("%s: sqsworker.Config has no field %s", r.env, r.field)
 			continue
 		}
 		var text string
@@ -48,7 +49,7 @@ func TestWorkerSettingsReachTheLibrary(t *testing.T) {
 			if err := s.Parse(args); err != nil {
 				t.Fatalf("%s by %s: %v", r.env, how, err)
 			}
-			var cfg worker.Config
+			var cfg sqsworker.Config
 			set(&cfg)
 			if got := reflect.ValueOf(cfg).FieldByName(r.field).Interface(); got != want {
 				t.Errorf("%s by %s: %s = %v, want %v", r.env, how, r.field, got, want)
@@ -105,9 +106,9 @@ func TestREADMESettingsTable(t *testing.T) {
 		rows[cells[1]] = cells[1:]
 	}
 	defaults := map[string]any{
-		"Concurrency": worker.DefaultConcurrency, "ShutdownTimeout": worker.DefaultShutdownTimeout,
-		"OutageCover": worker.DefaultOutageCover, "HoldFor": worker.DefaultHoldFor,
-		"BreakerThreshold": worker.DefaultBreakerThreshold, "ProbeInterval": worker.DefaultProbeInterval,
+		"Concurrency": sqsworker.DefaultConcurrency, "ShutdownTimeout": sqsworker.DefaultShutdownTimeout,
+		"OutageCover": worker.DefaultOutageCover, "HoldFor": sqsworker.DefaultHoldFor,
+		"BreakerThreshold": sqsworker.DefaultBreakerThreshold, "ProbeInterval": sqsworker.DefaultProbeInterval,
 	}
 	for _, r := range workerSettings {
 		cells, ok := rows[r.env]

@@ -2,7 +2,7 @@
 // the code they are taken from. Each Go block in README.md is preceded by a
 // marker naming a file of this module and a function in it,
 //
-//	<!-- snippet: worker/example_test.go ExampleMessage_Commit -->
+//	<!-- snippet: worker/example_tx_test.go ExampleMessage_Commit -->
 //
 // and the block must be a run of that function's body, compared line by
 // line with indentation and runs of blanks ignored. A block without a marker

@@ -5,8 +5,8 @@
 // claimstoretest is for stores.
 //
 // A transport provides a Harness: a fresh queue on its broker, a claim
-// store, consumers that run the worker protocol on that queue (worker.New,
-// worker.NewLambda, ...), and the broker-side faults it can make. The suite
+// store, consumers that run the worker protocol on that queue (sqsworker.New,
+// sqsworker.NewLambda, ...), and the broker-side faults it can make. The suite
 // provides the rest: the decoder, a counting handler whose effect (the
 // provider) is a counter keyed by idempotency key, a claim store wrapper
 // that injects store faults (which works for every transport), and the
