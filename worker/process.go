@@ -108,6 +108,9 @@ type lease struct {
 	// lost (applied, the connection cut) as its own claim, not as one held
 	// elsewhere. Set by acquire.
 	acq string
+	// twinGone: the key was found held by this process's owner with no
+	// delivery of it left here, and claimed once more (awaitTwin).
+	twinGone bool
 }
 
 // canHold reports whether a failure at now may be retried in process: the
@@ -257,6 +260,8 @@ type processor struct {
 	onReplay   func(context.Context, Replay) // nil: none
 	// originSecret verifies OriginalIDAttribute ("": nothing verifies).
 	originSecret origin.Secret
+	// flights are the keys this engine's deliveries hold (awaitTwin).
+	flights flights
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
@@ -286,6 +291,9 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		return Disposition{Action: Retry}
 	}
 	acq, err := p.acquire(ctx, log, m, &l)
+	for err == nil && acq.outcome == claimstore.HeldElsewhere && p.awaitTwin(ctx, log, m, acq.held, &l) {
+		acq, err = p.acquire(ctx, log, m, &l)
+	}
 	now = p.now()
 	switch {
 	case errors.Is(err, claimstore.ErrInvalidKey):
@@ -330,6 +338,8 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 
 	c := acq.claim
 	m.Token, m.FirstAt = c.Token, c.FirstAt
+	fl := p.flights.start(m.Key, c.Token)
+	defer p.flights.finish(m.Key, fl)
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.record(log, slog.LevelDebug, OutcomeAcquired, "claim acquired", slog.Time("lease_until", c.Until()))
 	result, herr, lost := p.handle(ctx, log, m, c, &l)
