@@ -332,7 +332,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	case claimstore.HeldElsewhere:
 		wait := acq.held.Until.Sub(now) + p.deferSlack
 		p.metrics.record(log, slog.LevelInfo, OutcomeDeferred, "deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
-			slog.Int64("token", acq.held.Token), slog.Duration("visible_in", wait))
+			slog.Int64("token", acq.held.Token), slog.String("visible_in", wait.String()))
 		return Disposition{Action: Defer, Delay: wait}
 	}
 
@@ -399,7 +399,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		// then would find it held and be deferred, spending a receive.
 		p.breaker.failure(storeDependency, rerr)
 		delay = max(delay, c.Until().Sub(p.now())+p.deferSlack)
-		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
+		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.String("visible_in", delay.String()))
 	}
 	if IsPermanent(herr) {
 		r := reason(herr)
@@ -412,7 +412,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		p.metrics.record(log, slog.LevelError, OutcomePanic, "handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
 	default:
 		p.metrics.record(log, slog.LevelWarn, OutcomeReleased, "handler failed; claim released, message will be retried", slog.Any("error", herr),
-			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
+			slog.String("dependency", dependencyOf(herr)), slog.String("visible_in", delay.String()))
 	}
 	return Disposition{Action: Retry, Delay: delay}
 }
@@ -594,7 +594,7 @@ func (p *processor) hold(ctx context.Context, log *slog.Logger, l *lease, try in
 	wait := p.holdDelay(try)
 	p.metrics.retries.WithLabelValues(dependency).Inc()
 	log.Warn("step failed; holding the message and retrying in process", slog.String("dependency", dependency),
-		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+		slog.Any("error", err), slog.Int("retry", try+1), slog.String("retry_in", wait.String()))
 	end := p.now().Add(wait)
 	for p.now().Before(end) {
 		// Extend a heartbeat's interval before the lease would end.
@@ -705,7 +705,7 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 	wait := max(p.holdDelay(try), retryAfterOf(err))
 	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
-		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+		slog.Any("error", err), slog.Int("retry", try+1), slog.String("retry_in", wait.String()))
 	return p.sleep(ctx, l.Stop, wait)
 }
 
