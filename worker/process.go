@@ -305,8 +305,8 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	switch acq.outcome {
 	case claimstore.KeyReused:
 		p.metrics.record(log, slog.LevelWarn, OutcomeKeyReused, "idempotency key reused with another payload", slog.String("fingerprint", m.Fingerprint))
-		return p.poison(log, Permanentf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
-			m.Key, m.Fingerprint, acq.reused.Stored))
+		return p.poison(log, &PermanentError{Code: CodeKeyReused, Reason: fmt.Sprintf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
+			m.Key, m.Fingerprint, acq.reused.Stored)})
 	case claimstore.Duplicate:
 		r := replayed(m, acq.replay)
 		p.metrics.replays.WithLabelValues(r.Source).Inc()
@@ -402,7 +402,7 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.String("visible_in", delay.String()))
 	}
 	if IsPermanent(herr) {
-		r := reason(herr)
+		r := reason(herr, CodePermanent)
 		log.Warn("handler failed permanently: dead-lettering", slog.String("reason", r))
 		return Disposition{Action: DeadLetter, Reason: r}
 	}
@@ -740,7 +740,7 @@ func (p *processor) call(ctx context.Context, m *Message) (result string, err er
 }
 
 func (p *processor) poison(log *slog.Logger, err error) Disposition {
-	r := reason(err)
+	r := reason(err, CodePoison)
 	log.Warn("poison message: dead-lettering", slog.String("reason", r))
 	return Disposition{Action: DeadLetter, Reason: r}
 }
