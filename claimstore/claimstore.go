@@ -158,6 +158,12 @@ type Acquisition struct {
 	// memory (Duplicate, KeyReused; see package cache): no request reached
 	// the backend.
 	Cached bool
+	// Previous is the row an Acquired took over, an earlier holder's whose
+	// lease ended or who released the key, for diagnostics (which owner,
+	// which token, its last error); nil for a first acquisition, and from a
+	// store that does not say (the PostgreSQL store's single statement
+	// returns only the row it wrote).
+	Previous *Claim
 }
 
 // AcquireParams are the arguments of Acquire.

@@ -414,7 +414,7 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	}
 	return &Claim{
 		Call:  Call{Key: key, Token: c.Token, FirstAt: c.FirstAt, Attempt: c.Attempts},
-		store: store, o: o, h: c.Holder(), until: c.LeaseUntil,
+		store: store, o: o, h: c.Holder(), until: c.LeaseUntil, prev: acq.Previous,
 	}, Result{}, nil
 }
 
@@ -431,7 +431,15 @@ type Claim struct {
 	until   time.Time // the lease's end as last stored
 	lost    bool      // the store said the lease is lost (ErrLeaseLost)
 	expired bool      // the lease ran out on this clock before a renewal
+	prev    *claimstore.Claim
 }
+
+// TookOver returns the row this claim took over, as the store found it:
+// an earlier holder's whose lease ended, or who released the key (its
+// owner, token and last error). Nil for a first acquisition, and when the
+// store does not say (claimstore.Acquisition.Previous); a Token above 1
+// says a takeover happened all the same.
+func (c *Claim) TookOver() *claimstore.Claim { return c.prev }
 
 // Holder returns the claim's identity in the store's terms.
 func (c *Claim) Holder() claimstore.Holder { return c.h }

@@ -342,6 +342,9 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	defer p.flights.finish(m.Key, fl)
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.record(log, slog.LevelDebug, OutcomeAcquired, "claim acquired", slog.Time("lease_until", c.Until()))
+	if m.Token > 1 {
+		p.tookOver(log, c)
+	}
 	result, herr, lost := p.handle(ctx, log, m, c, &l)
 	if lost {
 		p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost while handling: not completing, not acking")
@@ -415,6 +418,25 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 			slog.String("dependency", dependencyOf(herr)), slog.String("visible_in", delay.String()))
 	}
 	return Disposition{Action: Retry, Delay: delay}
+}
+
+// tookOver logs and counts a claim taken over from an earlier holder: whose
+// lease ended (it crashed, stalled or was cut off) or who released the key.
+func (p *processor) tookOver(log *slog.Logger, c *once.Claim) {
+	from := takeoverUnknown
+	attrs := []any{slog.Int64("previous_token", c.Token-1)}
+	if prev := c.TookOver(); prev != nil {
+		from = takeoverExpired
+		if prev.Status == claimstore.StatusReleased {
+			from = takeoverReleased
+		}
+		attrs = []any{slog.String("previous_owner", prev.Owner), slog.Int64("previous_token", prev.Token)}
+		if prev.LastError != "" {
+			attrs = append(attrs, slog.String("previous_error", prev.LastError))
+		}
+	}
+	p.metrics.takeovers.WithLabelValues(from).Inc()
+	log.Info("took over the key from an earlier holder", append([]any{slog.String("from", from)}, attrs...)...)
 }
 
 // failures is which failure of m's key this one is, for its backoff, so

@@ -186,6 +186,16 @@ func testTakeoverAfterLeaseExpiry(h *harness, key string) {
 	if b.Claim.Token != 2 || b.Claim.Attempts != 2 || b.Claim.Owner != "w2" {
 		h.t.Fatalf("takeover claim = %+v, want token 2, attempts 2, owner w2", b.Claim)
 	}
+	h.wantPrevious(b, claimstore.StatusInProgress)
+}
+
+// wantPrevious checks a takeover's Previous, if the store gives it: the
+// row taken over, w1's with token 1 and status.
+func (h *harness) wantPrevious(a claimstore.Acquisition, status claimstore.Status) {
+	h.t.Helper()
+	if p := a.Previous; p != nil && (p.Owner != "w1" || p.Token != 1 || p.Status != status) {
+		h.t.Fatalf("takeover's Previous = %+v, want w1's row, token 1, %s", *p, status)
+	}
 }
 
 func testTakeoverAfterRelease(h *harness, key string) {
@@ -199,6 +209,7 @@ func testTakeoverAfterRelease(h *harness, key string) {
 	if b.Claim.Token != 2 {
 		h.t.Fatalf("token after release and takeover = %d, want 2", b.Claim.Token)
 	}
+	h.wantPrevious(b, claimstore.StatusReleased)
 }
 
 func testRenewExtendsTheLease(h *harness, key string) {

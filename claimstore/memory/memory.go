@@ -83,7 +83,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	}
 	c := old.Takeover(p, now)
 	s.claims[p.Key] = c
-	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
+	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c, Previous: &old}, nil
 }
 
 // Renew implements claimstore.Store.

@@ -208,9 +208,14 @@ type claimJSON struct {
 	FirstAtMS    *int64  `json:"first_at_ms"`
 	Owner        string  `json:"owner"`
 	Attempts     int64   `json:"attempts"`
-	Result       string  `json:"result"`
-	Fingerprint  string  `json:"fingerprint"`
-	LastError    string  `json:"last_error"`
+	// Takeovers is how many times a later delivery took the key over
+	// from an earlier holder (whose lease ended, or who released it): the
+	// token less one. The previous owner is in the taker's log line "took
+	// over the key from an earlier holder"; the row keeps only the last.
+	Takeovers   int64  `json:"takeovers"`
+	Result      string `json:"result"`
+	Fingerprint string `json:"fingerprint"`
+	LastError   string `json:"last_error"`
 }
 
 func toJSON(c claimstore.Claim, prefix string, now time.Time) claimJSON {
@@ -218,7 +223,7 @@ func toJSON(c claimstore.Claim, prefix string, now time.Time) claimJSON {
 		Key: c.Key, StoredKey: claimstore.StoredKey(prefix, c.Key), Status: string(c.Status), Token: c.Token, Acq: c.Acq,
 		LeaseUntil: rfc3339(c.LeaseUntil), LeaseUntilMS: c.LeaseUntil.UnixMilli(),
 		ExpiresAt: rfc3339(c.ExpiresAt), ExpiresAtS: c.ExpiresAt.Unix(),
-		Owner: c.Owner, Attempts: c.Attempts, Result: c.Result, Fingerprint: c.Fingerprint, LastError: c.LastError,
+		Owner: c.Owner, Attempts: c.Attempts, Takeovers: max(c.Token-1, 0), Result: c.Result, Fingerprint: c.Fingerprint, LastError: c.LastError,
 	}
 	if c.Status == claimstore.StatusInProgress {
 		left := max(c.LeaseUntil.Sub(now), 0).Round(time.Millisecond).String()

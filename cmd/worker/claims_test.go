@@ -73,6 +73,7 @@ func TestClaimJSON(t *testing.T) {
 		"key": "pay_1", "stored_key": "svc#\x1fpay_1", "status": "IN_PROGRESS", "token": 3.0,
 		"lease_until": "2025-12-04T00:00:25.123Z", "lease_until_ms": 1764806425123.0, "lease_left": "25s",
 		"expires_at": "2025-12-05T02:00:00.000Z", "expires_at_s": 1764900000.0, "first_at": nil, "first_at_ms": nil,
+		"takeovers": 2.0,
 	}
 	for k, v := range want {
 		if got[k] != v {
