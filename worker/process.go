@@ -272,6 +272,9 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	defer func() { endMessage(span, m, disp) }()
 	log := p.log.With(slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
 	verifyOrigin(m, p.originSecret, log)
+	if m.originalID != "" && m.originalID != m.ID {
+		log = log.With(slog.String("original_message_id", m.originalID)) // a redriven copy
+	}
 	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
 	}
