@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
@@ -38,6 +39,7 @@ var claimsOrder = []string{"get", "release", "complete", "forget"}
 
 func claimsUsage(io stdio) {
 	fmt.Fprint(io.stdout, `Usage: worker claims <get|release|complete|forget> KEY [flags]
+       worker claims sweep [flags]
 
 Inspect or repair one claim in the claim table. KEY is the idempotency key as
 the worker computes it; CLAIM_KEY_PREFIX is prepended as the worker does.
@@ -67,7 +69,7 @@ type claimsEnv struct {
 func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	if len(args) == 0 {
 		claimsUsage(io)
-		return usagef("claims: a command is required: get, release, complete or forget")
+		return usagef("claims: a command is required: get, release, complete, forget or sweep")
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		claimsUsage(io)
@@ -78,7 +80,7 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	}
 	sub, ok := claimsCommands()[args[0]]
 	if !ok {
-		return usagef("claims: unknown command %q: want get, release, complete or forget", args[0])
+		return usagef("claims: unknown command %q: want get, release, complete, forget or sweep", args[0])
 	}
 	name := "claims " + args[0]
 	s := newSettings(name, io)
@@ -146,7 +148,11 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 		return usagef("CLAIM_TABLE: %v", err)
 	}
 	c.store = store
-	return claimsError(sub.run(ctx, c, key), c, key)
+	err = claimsError(sub.run(ctx, c, key), c, key)
+	if rnf := (*types.ResourceNotFoundException)(nil); errors.As(err, &rnf) {
+		return fmt.Errorf("claim table %s not found in DynamoDB: if the claims are in PostgreSQL, set STORE=postgres (and DATABASE_URL) as the worker has it: %w", *table, err)
+	}
+	return err
 }
 
 // parseWithKey parses args, which hold one KEY anywhere among the flags.

@@ -110,3 +110,21 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpNotGarbled: the claims usage line names every command, sweep
+// too, and no flag's usage carries backquotes, which the flag package
+// takes for the placeholder of its value ("-claim-sweep-interval worker
+// claims sweep").
+func TestHelpNotGarbled(t *testing.T) {
+	t.Parallel()
+	_, stdout, _ := runWorker(t, nil, "claims", "-h")
+	if usage, _, _ := strings.Cut(stdout, "\n\n"); !strings.Contains(usage, "worker claims sweep") {
+		t.Errorf("claims usage %q does not list sweep", usage)
+	}
+	for _, args := range [][]string{{"run", "-h"}, {"claims", "sweep", "-h"}, {"claims", "get", "-h"}} {
+		_, stdout, stderr := runWorker(t, nil, args...)
+		if out := stdout + stderr; strings.Contains(out, "-claim-sweep-interval worker") {
+			t.Errorf("worker %v: garbled flag placeholder in:\n%s", args, out)
+		}
+	}
+}
