@@ -195,6 +195,10 @@ type RenewParams struct {
 	// ExpiresAt is the row's new expiry; the store keeps it no earlier than
 	// LeaseUntil, so a long-held claim never expires under its holder. Required.
 	ExpiresAt time.Time
+	// LastError, if set, becomes the claim's LastError: the failure its
+	// holder is retrying in process, for diagnostics. Truncated as
+	// Release's is. Defaults to "": LastError unchanged.
+	LastError string
 }
 
 // CompleteParams are the arguments of Complete.

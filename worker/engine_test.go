@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,5 +181,48 @@ func TestEngineDuplicateTakesOverFromItsTwin(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("handler called %d times, want 2 (the twin's failure, the takeover)", n)
+	}
+}
+
+// TestEngineHeldFailureInLastError: while a failed handler is held and
+// retried in process, the claim's last_error says why (the heartbeat
+// writes it), so `worker claims get` shows more than IN_PROGRESS.
+func TestEngineHeldFailureInLastError(t *testing.T) {
+	t.Parallel()
+	store := memory.New(memory.Config{})
+	var calls atomic.Int32
+	var seen atomic.Value
+	e, err := NewEngine(Protocol{
+		Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler),
+		Decoder: DecoderFunc(func(m *Message) error { m.Key = "pay_1"; return nil }),
+		Handler: HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+			if calls.Add(1) == 1 {
+				return "", Dependency("provider", errors.New("HTTP 503"))
+			}
+			c, err := store.Get(ctx, "pay_1")
+			if err != nil {
+				return "", err
+			}
+			seen.Store(c.LastError)
+			return "ch_1", nil
+		}),
+		MinRetryBackoff: 400 * time.Millisecond, MaxRetryBackoff: time.Second, OutageCover: time.Minute,
+	}, EngineOptions{MaxHoldBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	now := time.Now()
+	h := Hold{
+		Until: now.Add(30 * time.Second), Interval: 50 * time.Millisecond, RenewAt: now.Add(50 * time.Millisecond),
+		Extend: func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		Stop:   stop, HoldUntil: now.Add(time.Minute),
+	}
+	if d := e.Process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, h); d.Action != Ack {
+		t.Fatalf("%+v, want ack after the retry in process", d)
+	}
+	if got, _ := seen.Load().(string); !strings.Contains(got, "HTTP 503") {
+		t.Errorf("last_error during the hold = %q, want the held failure (HTTP 503)", got)
 	}
 }

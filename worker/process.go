@@ -698,7 +698,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 			result, err = p.call(hctx, m)
 			p.metrics.handlerTime.Observe(p.now().Sub(start).Seconds())
 			p.metrics.inFlight.Dec()
-			if err == nil || notEncoded(err) != nil || !p.holdHandler(hctx, log, l, try, err) {
+			if err == nil || notEncoded(err) != nil || !p.holdHandler(hctx, log, c, l, try, err) {
 				return err
 			}
 		}
@@ -718,7 +718,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 // with the claim held and heartbeating, instead of spending a receive; if
 // so it waits before the retry. Permanent failures, panics, a lost lease,
 // and messages that cannot be held are not.
-func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease, try int, err error) bool {
+func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, c *once.Claim, l *lease, try int, err error) bool {
 	dep := dependencyOf(err)
 	if dep != "" {
 		p.breaker.failure(dep, err)
@@ -731,6 +731,7 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
 		slog.Any("error", err), slog.Int("retry", try+1), slog.String("retry_in", wait.String()))
+	c.NoteError(err.Error()) // the claim's last_error says why it is held, at the next heartbeat
 	return p.sleep(ctx, l.Stop, wait)
 }
 

@@ -107,6 +107,7 @@ func protocolBehaviours() []behaviour {
 		{"held_elsewhere_while_lease_lives", testHeldElsewhereWhileLeaseLives},
 		{"takeover_after_lease_expiry", testTakeoverAfterLeaseExpiry},
 		{"takeover_after_release", testTakeoverAfterRelease},
+		{"renew_writes_last_error", testRenewWritesLastError},
 		{"renew_extends_the_lease", testRenewExtendsTheLease},
 		{"stale_token_rejected", testStaleTokenRejected},
 		{"finished_claim_rejects_holder_writes", testFinishedClaimRejectsHolderWrites},
@@ -210,6 +211,22 @@ func testTakeoverAfterRelease(h *harness, key string) {
 		h.t.Fatalf("token after release and takeover = %d, want 2", b.Claim.Token)
 	}
 	h.wantPrevious(b, claimstore.StatusReleased)
+}
+
+func testRenewWritesLastError(h *harness, key string) {
+	a := h.acquire(key, "w1")
+	renew := func(lastErr string) {
+		h.t.Helper()
+		if err := h.s.Renew(context.Background(), claimstore.RenewParams{Holder: a.Claim.Holder(),
+			LeaseUntil: h.clock.Now().Add(lease), ExpiresAt: h.clock.Now().Add(retention), LastError: lastErr}); err != nil {
+			h.t.Fatalf("Renew: %v", err)
+		}
+	}
+	renew("provider unavailable: HTTP 503")
+	renew("")
+	if got := h.get(key); got.Status != claimstore.StatusInProgress || got.LastError != "provider unavailable: HTTP 503" {
+		h.t.Fatalf("after renewals with and without LastError = %+v, want IN_PROGRESS with the last error kept", got)
+	}
 }
 
 func testRenewExtendsTheLease(h *harness, key string) {

@@ -360,10 +360,18 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.renew, p.Holder, map[string]types.AttributeValue{
+	w := s.renew
+	values := map[string]types.AttributeValue{
 		":lease": num(claimstore.LeaseMillis(p.LeaseUntil)),
 		":ttl":   num(claimstore.ExpirySeconds(p.RenewExpiry())),
-	})
+	}
+	if p.LastError != "" {
+		w.update = aws.String(*w.update + ", #lasterr = :lasterr")
+		w.names = maps.Clone(w.names)
+		w.names["#lasterr"] = attrLastError
+		values[":lasterr"] = str(claimstore.TruncateLastError(p.LastError))
+	}
+	return s.update(ctx, w, p.Holder, values)
 }
 
 // Complete implements claimstore.Store.
