@@ -158,6 +158,12 @@ type Acquisition struct {
 	// memory (Duplicate, KeyReused; see package cache): no request reached
 	// the backend.
 	Cached bool
+	// Previous is the row an Acquired took over, an earlier holder's whose
+	// lease ended or who released the key, for diagnostics (which owner,
+	// which token, its last error); nil for a first acquisition, and from a
+	// store that does not say (the PostgreSQL store's single statement
+	// returns only the row it wrote).
+	Previous *Claim
 }
 
 // AcquireParams are the arguments of Acquire.
@@ -189,6 +195,10 @@ type RenewParams struct {
 	// ExpiresAt is the row's new expiry; the store keeps it no earlier than
 	// LeaseUntil, so a long-held claim never expires under its holder. Required.
 	ExpiresAt time.Time
+	// LastError, if set, becomes the claim's LastError: the failure its
+	// holder is retrying in process, for diagnostics. Truncated as
+	// Release's is. Defaults to "": LastError unchanged.
+	LastError string
 }
 
 // CompleteParams are the arguments of Complete.

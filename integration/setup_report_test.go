@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/pgtest"
 )
 
 // TestSetupReports: `worker setup` says on stderr what it created, what
@@ -40,4 +41,33 @@ func TestSetupReports(t *testing.T) {
 	expect("same again", stderr, "queue "+queue+" exists, unchanged", "claim table "+table+" exists")
 	_, stderr = setup("-visibility-timeout", "1m")
 	expect("other values", stderr, "queue "+queue+" exists; changed VisibilityTimeout from 30 to 60")
+}
+
+// TestSetupReportsPostgres: `worker setup -postgres` says whether it
+// created the claim table or found it, as the DynamoDB path does.
+func TestSetupReportsPostgres(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	url := pgtest.URL(t)
+	queue, table := awstest.Name("setuppg"), pgtest.Name("claims")
+	for _, want := range []string{"created claim table " + table, "claim table " + table + " exists"} {
+		code, _, stderr := e.command([]string{"DATABASE_URL=" + url}, "setup", "-postgres", "-queue-name", queue, "-claim-table", table)
+		if code != 0 {
+			t.Fatalf("setup -postgres: exit %d\n%s", code, stderr)
+		}
+		if !strings.Contains(stderr, want) {
+			t.Errorf("setup -postgres said:\n%s\nwant %q", stderr, want)
+		}
+	}
+}
+
+// TestClaimsMissingTableHintsPostgres: `worker claims` against a DynamoDB
+// table that does not exist says that the claims may be in PostgreSQL.
+func TestClaimsMissingTableHintsPostgres(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	code, _, stderr := e.command(nil, "claims", "get", "k", "-claim-table", awstest.Name("missing"))
+	if code == 0 || !strings.Contains(stderr, "STORE=postgres") {
+		t.Errorf("claims get on a missing table: exit %d, stderr %q; want a failure hinting at STORE=postgres", code, stderr)
+	}
 }

@@ -275,7 +275,7 @@ func (h Handler) rejected(e Entry) func(*claimstore.WriteConditionError) (string
 		if acct != nil && amt != nil && acct.Value == e.Account && amt.Value == strconv.FormatInt(e.Amount, 10) {
 			return ResultAlreadyApplied, nil
 		}
-		return "", worker.Permanentf("entry_id %q already applied with another account or amount", e.EntryID)
+		return "", &worker.PermanentError{Code: worker.CodeKeyReused, Reason: fmt.Sprintf("entry_id %q already applied with another account or amount", e.EntryID)}
 	}
 }
 

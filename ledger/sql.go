@@ -93,7 +93,7 @@ func rejectedSQL(e Entry) func(*claimstore.WriteConditionError) (string, error) 
 		case old.Account == e.Account && old.Amount == e.Amount:
 			return ResultAlreadyApplied, nil
 		default:
-			return "", worker.Permanentf("entry_id %q already applied with another account or amount", e.EntryID)
+			return "", &worker.PermanentError{Code: worker.CodeKeyReused, Reason: fmt.Sprintf("entry_id %q already applied with another account or amount", e.EntryID)}
 		}
 	}
 }

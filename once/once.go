@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore"
@@ -414,7 +415,7 @@ func Acquire(ctx context.Context, store claimstore.Store, key string, opts Optio
 	}
 	return &Claim{
 		Call:  Call{Key: key, Token: c.Token, FirstAt: c.FirstAt, Attempt: c.Attempts},
-		store: store, o: o, h: c.Holder(), until: c.LeaseUntil,
+		store: store, o: o, h: c.Holder(), until: c.LeaseUntil, prev: acq.Previous,
 	}, Result{}, nil
 }
 
@@ -431,7 +432,26 @@ type Claim struct {
 	until   time.Time // the lease's end as last stored
 	lost    bool      // the store said the lease is lost (ErrLeaseLost)
 	expired bool      // the lease ran out on this clock before a renewal
+	prev    *claimstore.Claim
+	note    atomic.Pointer[string] // a LastError for the next renewal (NoteError)
 }
+
+// NoteError records msg as the claim's last error at its next renewal
+// under Hold (claimstore.RenewParams.LastError): why the work is being
+// retried while the claim is held, for whoever inspects the claim. Safe
+// to call from the work while Hold runs; without renewals it is not written.
+func (c *Claim) NoteError(msg string) {
+	if msg != "" {
+		c.note.Store(&msg)
+	}
+}
+
+// TookOver returns the row this claim took over, as the store found it:
+// an earlier holder's whose lease ended, or who released the key (its
+// owner, token and last error). Nil for a first acquisition, and when the
+// store does not say (claimstore.Acquisition.Previous); a Token above 1
+// says a takeover happened all the same.
+func (c *Claim) TookOver() *claimstore.Claim { return c.prev }
 
 // Holder returns the claim's identity in the store's terms.
 func (c *Claim) Holder() claimstore.Holder { return c.h }
@@ -662,8 +682,15 @@ func (c *Claim) renew(ctx context.Context) (time.Time, error) {
 		}
 		until = u
 	}
-	err := c.store.Renew(ctx, claimstore.RenewParams{Holder: c.h, LeaseUntil: until, ExpiresAt: c.o.Now().Add(c.o.Retention)})
-	if err != nil {
+	p := claimstore.RenewParams{Holder: c.h, LeaseUntil: until, ExpiresAt: c.o.Now().Add(c.o.Retention)}
+	note := c.note.Swap(nil)
+	if note != nil {
+		p.LastError = *note
+	}
+	if err := c.store.Renew(ctx, p); err != nil {
+		if note != nil {
+			c.note.CompareAndSwap(nil, note) // for the next renewal, unless a newer one came
+		}
 		return time.Time{}, err
 	}
 	return until, nil

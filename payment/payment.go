@@ -226,8 +226,9 @@ type Looker interface {
 const DefaultKeyLifetime = 24 * time.Hour
 
 // ReasonReconcile is the dead-letter reason of a payment retried past the
-// provider's key lifetime that could not be looked up.
-const ReasonReconcile = "outcome unknown past the provider's key lifetime: reconcile"
+// provider's key lifetime that could not be looked up, after its code
+// worker.CodeReconcile ("reconcile: outcome unknown ...").
+const ReasonReconcile = "outcome unknown past the provider's key lifetime"
 
 // Handler is the worker.Handler that charges payments.
 type Handler struct {
@@ -295,7 +296,7 @@ func (h Handler) Handle(ctx context.Context, m *worker.Message) (string, error) 
 	case pe.Kind == provider.KindDeclined:
 		return DeclinedPrefix + pe.Reason, nil
 	case pe.Kind == provider.KindKeyMismatch:
-		return "", worker.Permanent("idempotency key reused with a different payment", err)
+		return "", &worker.PermanentError{Code: worker.CodeKeyReused, Reason: "idempotency key reused with a different payment", Err: err}
 	case pe.Kind == provider.KindBadRequest:
 		return "", worker.Permanent("provider rejected the request", err)
 	case pe.StatusCode == http.StatusConflict:
@@ -324,12 +325,12 @@ func (h Handler) pastKeyLifetime(m *worker.Message) bool {
 // a charge found there is the result; none found means it may be charged.
 func (h Handler) reconcile(ctx context.Context, m *worker.Message, p provider.Payment) (string, bool, error) {
 	if h.Lookup == nil {
-		return "", false, worker.Permanentf("%s (first attempt %s, lookup off)", ReasonReconcile, firstAt(m))
+		return "", false, &worker.PermanentError{Code: worker.CodeReconcile, Reason: fmt.Sprintf("%s (first attempt %s, lookup off)", ReasonReconcile, firstAt(m))}
 	}
 	charges, err := h.Lookup.Lookup(ctx, p.PaymentID)
 	switch {
 	case errors.Is(err, provider.ErrNoLookup):
-		return "", false, worker.Permanent(fmt.Sprintf("%s (first attempt %s)", ReasonReconcile, firstAt(m)), err)
+		return "", false, &worker.PermanentError{Code: worker.CodeReconcile, Reason: fmt.Sprintf("%s (first attempt %s)", ReasonReconcile, firstAt(m)), Err: err}
 	case err != nil:
 		var pe *provider.Error
 		if errors.As(err, &pe) && pe.Kind == provider.KindBadRequest {
@@ -342,8 +343,8 @@ func (h Handler) reconcile(ctx context.Context, m *worker.Message, p provider.Pa
 			continue
 		}
 		if c.Amount != p.Amount || c.Currency != p.Currency {
-			return "", false, worker.Permanentf("payment %q was charged %d %s at the provider (charge %s), not %d %s: payment id reused",
-				p.PaymentID, c.Amount, c.Currency, c.ID, p.Amount, p.Currency)
+			return "", false, &worker.PermanentError{Code: worker.CodeKeyReused, Reason: fmt.Sprintf("payment %q was charged %d %s at the provider (charge %s), not %d %s: payment id reused",
+				p.PaymentID, c.Amount, c.Currency, c.ID, p.Amount, p.Currency)}
 		}
 		return c.ID, true, nil
 	}

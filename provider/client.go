@@ -96,10 +96,10 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("base_url", redactURL(c.BaseURL)),
-		slog.Duration("timeout", c.Timeout),
+		slog.String("timeout", c.Timeout.String()),
 		slog.Int("max_attempts", c.MaxAttempts),
-		slog.Duration("min_backoff", c.MinBackoff),
-		slog.Duration("max_backoff", c.MaxBackoff),
+		slog.String("min_backoff", c.MinBackoff.String()),
+		slog.String("max_backoff", c.MaxBackoff.String()),
 		slog.String("api_key", key),
 	)
 }

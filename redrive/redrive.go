@@ -178,6 +178,10 @@ type Counts struct {
 	// Unverified and Unkeyed count those Move would leave as such (see
 	// Result), included in Total and ByReason.
 	Unverified, Unkeyed int
+	// Selected counts those a Move with the same Options would move, and
+	// Filtered those it would leave for Options.Reasons or ExcludeReasons
+	// (Result.Left).
+	Selected, Filtered int
 }
 
 // Reasons returns the reasons, the most frequent first.
@@ -224,13 +228,17 @@ func Count(ctx context.Context, api API, dlqURL string, o Options) (Counts, erro
 			}
 			seen[aws.ToString(m.MessageId)] = struct{}{}
 			c.ByReason[reasonOf(m)]++
-			switch o.classify(m) {
-			case foreign:
+			switch k := o.classify(m); {
+			case k == foreign:
 				c.Foreign[SourceOf(m)]++
-			case unverified:
+			case k == unverified:
 				c.Unverified++
-			case unkeyed:
+			case k == unkeyed && !o.MoveUnkeyed:
 				c.Unkeyed++
+			case o.selects(reasonOf(m)):
+				c.Selected++
+			default:
+				c.Filtered++
 			}
 			fresh++
 		}

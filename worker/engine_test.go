@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +77,152 @@ func TestEngineRetryDelays(t *testing.T) {
 				t.Fatalf("%v after %s, want retry after %s to %s", d.Action, d.Delay, tc.wantLo, tc.wantHi)
 			}
 		})
+	}
+}
+
+// TestEngineDuplicateWaitsForItsTwin: a duplicate of a key held by a
+// delivery of the same engine waits for that delivery in process and is
+// acked as a duplicate as soon as it completes, with one handler call,
+// rather than deferred until the holder's lease ends.
+func TestEngineDuplicateWaitsForItsTwin(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	started, finish := make(chan struct{}), make(chan struct{})
+	e, err := NewEngine(Protocol{
+		Store: memory.New(memory.Config{}), Retention: time.Hour,
+		Decoder: DecoderFunc(func(m *Message) error { m.Key = "pay_1"; return nil }),
+		Handler: HandlerFunc(func(context.Context, *Message) (string, error) {
+			if calls.Add(1) == 1 {
+				close(started)
+				<-finish
+			}
+			return "ch_1", nil
+		}),
+		Logger: slog.New(slog.DiscardHandler),
+	}, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func() Hold { return Hold{Until: time.Now().Add(30 * time.Second)} }
+	first := make(chan Disposition, 1)
+	go func() { first <- e.Process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, hold()) }()
+	<-started
+	type result struct {
+		d  Disposition
+		at time.Time
+	}
+	second := make(chan result, 1)
+	go func() {
+		d := e.Process(context.Background(), &Message{ID: "m2", Body: "{}", Attempt: 1}, hold())
+		second <- result{d, time.Now()}
+	}()
+	time.Sleep(200 * time.Millisecond) // the twin is running meanwhile
+	done := time.Now()
+	close(finish)
+	if d := <-first; d.Action != Ack {
+		t.Fatalf("first: %+v, want ack", d)
+	}
+	select {
+	case r := <-second:
+		if r.d.Action != Ack {
+			t.Fatalf("duplicate: %v after %s, want ack (a duplicate of a completed key)", r.d.Action, r.d.Delay)
+		}
+		if waited := r.at.Sub(done); waited > time.Second {
+			t.Errorf("duplicate acked %s after its twin completed, want within a second", waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("duplicate not settled 5s after its twin completed")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+}
+
+// TestEngineDuplicateTakesOverFromItsTwin: a duplicate waiting for its
+// twin in process takes the key over when the twin releases it.
+func TestEngineDuplicateTakesOverFromItsTwin(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	started, finish := make(chan struct{}), make(chan struct{})
+	e, err := NewEngine(Protocol{
+		Store: memory.New(memory.Config{}), Retention: time.Hour,
+		Decoder: DecoderFunc(func(m *Message) error { m.Key = "pay_1"; return nil }),
+		Handler: HandlerFunc(func(context.Context, *Message) (string, error) {
+			if calls.Add(1) == 1 {
+				close(started)
+				<-finish
+				return "", errors.New("provider unavailable")
+			}
+			return "ch_1", nil
+		}),
+		Logger: slog.New(slog.DiscardHandler),
+	}, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func() Hold { return Hold{Until: time.Now().Add(30 * time.Second)} }
+	first := make(chan Disposition, 1)
+	go func() { first <- e.Process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, hold()) }()
+	<-started
+	second := make(chan Disposition, 1)
+	go func() { second <- e.Process(context.Background(), &Message{ID: "m2", Body: "{}", Attempt: 1}, hold()) }()
+	time.Sleep(100 * time.Millisecond)
+	close(finish)
+	if d := <-first; d.Action != Retry {
+		t.Fatalf("first: %+v, want retry", d)
+	}
+	select {
+	case d := <-second:
+		if d.Action != Ack {
+			t.Fatalf("duplicate: %v after %s, want ack after taking over", d.Action, d.Delay)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("duplicate not settled 5s after its twin released the key")
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("handler called %d times, want 2 (the twin's failure, the takeover)", n)
+	}
+}
+
+// TestEngineHeldFailureInLastError: while a failed handler is held and
+// retried in process, the claim's last_error says why (the heartbeat
+// writes it), so `worker claims get` shows more than IN_PROGRESS.
+func TestEngineHeldFailureInLastError(t *testing.T) {
+	t.Parallel()
+	store := memory.New(memory.Config{})
+	var calls atomic.Int32
+	var seen atomic.Value
+	e, err := NewEngine(Protocol{
+		Store: store, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler),
+		Decoder: DecoderFunc(func(m *Message) error { m.Key = "pay_1"; return nil }),
+		Handler: HandlerFunc(func(ctx context.Context, _ *Message) (string, error) {
+			if calls.Add(1) == 1 {
+				return "", Dependency("provider", errors.New("HTTP 503"))
+			}
+			c, err := store.Get(ctx, "pay_1")
+			if err != nil {
+				return "", err
+			}
+			seen.Store(c.LastError)
+			return "ch_1", nil
+		}),
+		MinRetryBackoff: 400 * time.Millisecond, MaxRetryBackoff: time.Second, OutageCover: time.Minute,
+	}, EngineOptions{MaxHoldBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	now := time.Now()
+	h := Hold{
+		Until: now.Add(30 * time.Second), Interval: 50 * time.Millisecond, RenewAt: now.Add(50 * time.Millisecond),
+		Extend: func(context.Context) (time.Time, error) { return time.Now().Add(30 * time.Second), nil },
+		Stop:   stop, HoldUntil: now.Add(time.Minute),
+	}
+	if d := e.Process(context.Background(), &Message{ID: "m1", Body: "{}", Attempt: 1}, h); d.Action != Ack {
+		t.Fatalf("%+v, want ack after the retry in process", d)
+	}
+	if got, _ := seen.Load().(string); !strings.Contains(got, "HTTP 503") {
+		t.Errorf("last_error during the hold = %q, want the held failure (HTTP 503)", got)
 	}
 }

@@ -235,7 +235,7 @@ func (b *breaker) closeLocked() {
 	b.open = false
 	b.gauge.WithLabelValues(b.dependency).Set(0)
 	b.log.Info("breaker closed: the dependency recovered; receiving again",
-		slog.String("dependency", b.dependency), slog.Duration("open_for", b.now().Sub(b.since)))
+		slog.String("dependency", b.dependency), slog.String("open_for", b.now().Sub(b.since).String()))
 }
 
 // recovered records that the dependencies deps answered (a receive proves

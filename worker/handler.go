@@ -138,13 +138,38 @@ var KeyFromMessageID Decoder = DecoderFunc(func(m *Message) error {
 	return nil
 })
 
+// The codes a dead-letter reason starts with, then ": " and the detail
+// ("key_reused: idempotency key \"pay_0\" reused with another payload
+// ..."): stable words an operator filters dead letters by (`worker redrive
+// -reason poison`, `-exclude-reason key_reused`).
+const (
+	// CodePoison: the message cannot be decoded or keyed; a redrive brings
+	// it back unchanged, to be dead-lettered again.
+	CodePoison = "poison"
+	// CodeKeyReused: the idempotency key was used before for another
+	// payload (the claim's fingerprint, or the downstream service, says so).
+	// Never redriven: it would be dead-lettered again.
+	CodeKeyReused = "key_reused"
+	// CodeReconcile: the effect's outcome is unknown and cannot be found
+	// out safely (a payment retried past the provider's key lifetime):
+	// reconcile by hand, never redriven blindly.
+	CodeReconcile = "reconcile"
+	// CodePermanent: the handler failed permanently for another reason
+	// (a PermanentError without a Code).
+	CodePermanent = "permanent"
+)
+
 // PermanentError is a failure that retrying cannot fix: the message goes to
-// the dead-letter queue with Reason attached.
+// the dead-letter queue with Code and Reason attached.
 type PermanentError struct {
 	// Reason says why, in a form fit for a message attribute and a log line.
 	Reason string
 	// Err is the underlying error, if any.
 	Err error
+	// Code starts the dead-letter reason: one of the Code constants or the
+	// handler's own stable word. Defaults to CodePermanent from a handler,
+	// CodePoison from a decoder.
+	Code string
 }
 
 // Error implements error.
@@ -190,13 +215,25 @@ func Permanentf(format string, args ...any) error {
 // once's: it is once.IsPermanent, one notion of permanent for both.
 func IsPermanent(err error) bool { return once.IsPermanent(err) }
 
-// reason returns the dead-letter reason of err.
-func reason(err error) string {
+// reason returns the dead-letter reason of err: its code (code unless err
+// carries its own), ": ", and what happened.
+func reason(err error, code string) string {
+	text := err.Error()
 	var pe *PermanentError
-	if errors.As(err, &pe) {
-		return pe.text()
+	var ope *once.PermanentError
+	switch {
+	case errors.As(err, &pe):
+		text = pe.text()
+		if pe.Code != "" {
+			code = pe.Code
+		}
+	case errors.As(err, &ope):
+		text = ope.Err.Error()
 	}
-	return err.Error()
+	if strings.HasPrefix(text, code+": ") {
+		return text
+	}
+	return code + ": " + text
 }
 
 // ErrConfig marks a configuration the worker refuses to start with; the

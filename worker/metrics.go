@@ -39,6 +39,13 @@ const (
 	OutcomeClockSkew    Outcome = "clock_skew"    // this clock is off AWS's beyond ClockSkewMax: returned unclaimed, after a short delay
 )
 
+// The labels of claimfirst_takeovers_total.
+const (
+	takeoverExpired  = "expired"
+	takeoverReleased = "released"
+	takeoverUnknown  = "unknown"
+)
+
 var outcomes = []Outcome{
 	OutcomeAcquired, OutcomeCompleted, OutcomeDuplicate, OutcomeDeferred, OutcomeReleased,
 	OutcomeLeaseLost, OutcomeDeadLettered, OutcomePoisonKept, OutcomeStoreError, OutcomeSendFailed, OutcomePanic, OutcomeReturned,
@@ -65,6 +72,9 @@ type Metrics struct {
 	// droppedAttributes counts the worker's attributes left off
 	// dead-letter copies for lack of room, by attribute.
 	droppedAttributes *prometheus.CounterVec
+	// takeovers counts claims taken over from an earlier holder, by what
+	// was taken over (takeoverFrom).
+	takeovers *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -130,6 +140,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimfirst_dead_letter_attributes_dropped_total",
 			Help: "The worker's attributes left off dead-letter copies because the message's own filled SQS's limits, by attribute: without OriginalMessageId a redrive changes a message-id key (worker redrive leaves such copies unless -move-unkeyed).",
 		}, []string{"attribute"}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimfirst_takeovers_total",
+			Help: "Claims a delivery took over from an earlier holder, by what it took over: expired (the holder's lease ended: it crashed, stalled or was cut off), released (the holder gave up after a failure), or unknown (the store does not say).",
+		}, []string{"from"}),
+	}
+	for _, from := range []string{takeoverExpired, takeoverReleased, takeoverUnknown} {
+		m.takeovers.WithLabelValues(from)
 	}
 	m.replays = newReplays()
 	for _, o := range outcomes {
@@ -152,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.messages, m.handlerTime, m.inFlight, m.received, m.heartbeats, m.deleteBatches,
 		m.retries, m.breakerOpen, m.breakerOpens, m.fifoBlocked, m.clockOffset, m.clockSkewed, m.resultsNotStored, m.replays,
-		m.droppedAttributes}
+		m.droppedAttributes, m.takeovers}
 }
 
 // KnownDependencies exports claimfirst_retries_total and
@@ -186,6 +203,16 @@ func (m *Metrics) recordN(log *slog.Logger, level slog.Level, o Outcome, n int, 
 // ResultsNotStored returns how many claims were completed without their
 // result because it was too large to store.
 func (m *Metrics) ResultsNotStored() int64 { return int64(counterValue(m.resultsNotStored)) }
+
+// Takeovers returns how many claims were taken over from an earlier
+// holder, by what was taken over: "expired", "released" or "unknown".
+func (m *Metrics) Takeovers(from string) int64 {
+	c, err := m.takeovers.GetMetricWithLabelValues(from)
+	if err != nil {
+		return 0
+	}
+	return int64(counterValue(c))
+}
 
 // Count returns the number of messages counted with outcome, for tests and
 // the benchmark.

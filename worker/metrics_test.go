@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/once"
 )
 
 // TestMetricsLabels: the retry and breaker series of the known
@@ -83,7 +84,7 @@ func TestResultAttrsTruncates(t *testing.T) {
 }
 
 // TestReasonSaysItOnce: a dead-letter reason whose cause repeats it says it
-// once.
+// once, after its code: the error's own, else the step's.
 func TestReasonSaysItOnce(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -92,13 +93,17 @@ func TestReasonSaysItOnce(t *testing.T) {
 	}{
 		{Permanent("idempotency key reused with a different payment",
 			errors.New("provider: idempotency key reused with a different payment: HTTP 422")),
-			"idempotency key reused with a different payment: HTTP 422"},
+			"permanent: idempotency key reused with a different payment: HTTP 422"},
+		{&PermanentError{Code: CodeKeyReused, Reason: "idempotency key reused with a different payment"},
+			"key_reused: idempotency key reused with a different payment"},
 		{Permanent("invalid payment message", errors.New("payment: unknown field \"x\"")),
-			"invalid payment message: payment: unknown field \"x\""},
-		{Permanentf("no key"), "no key"},
+			"permanent: invalid payment message: payment: unknown field \"x\""},
+		{Permanentf("no key"), "permanent: no key"},
+		{once.Permanent(errors.New("no key")), "permanent: no key"},
+		{Permanentf("permanent: said once"), "permanent: said once"},
 	}
 	for _, tc := range cases {
-		if got := reason(tc.err); got != tc.want {
+		if got := reason(tc.err, CodePermanent); got != tc.want {
 			t.Errorf("reason = %q, want %q", got, tc.want)
 		}
 	}

@@ -93,3 +93,23 @@ func TestSignedOriginalIDBelieved(t *testing.T) {
 		t.Errorf("handler ran %d times; want the first, and the two not believed (each under its own id)", runs)
 	}
 }
+
+// TestRedrivenDeliveryLogsOriginalID: a delivery whose OriginalMessageId
+// verifies (a dead letter moved back by worker redrive) says its first id
+// as original_message_id in its log lines.
+func TestRedrivenDeliveryLogsOriginalID(t *testing.T) {
+	t.Parallel()
+	const secret = origin.Secret("0123456789abcdef0123")
+	f := newFixture(ok("done"))
+	f.p.originSecret = secret
+	var logs syncbuf.Buffer
+	f.p.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	m := &Message{ID: "moved-copy", Body: "pay 1", Attempt: 1,
+		Attributes: map[string]string{OriginalIDAttribute: origin.Sign(secret, "first-id", "", "pay 1")}}
+	if d := f.p.process(context.Background(), m, f.lease()); d.Action != Ack {
+		t.Fatalf("%+v, want ack", d)
+	}
+	if !strings.Contains(logs.String(), `"msg":"completed"`) || !strings.Contains(logs.String(), `"original_message_id":"first-id"`) {
+		t.Errorf("log of a redriven delivery:\n%s\nwant original_message_id first-id on its lines", logs.String())
+	}
+}

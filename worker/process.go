@@ -108,6 +108,9 @@ type lease struct {
 	// lost (applied, the connection cut) as its own claim, not as one held
 	// elsewhere. Set by acquire.
 	acq string
+	// twinGone: the key was found held by this process's owner with no
+	// delivery of it left here, and claimed once more (awaitTwin).
+	twinGone bool
 }
 
 // canHold reports whether a failure at now may be retried in process: the
@@ -257,6 +260,8 @@ type processor struct {
 	onReplay   func(context.Context, Replay) // nil: none
 	// originSecret verifies OriginalIDAttribute ("": nothing verifies).
 	originSecret origin.Secret
+	// flights are the keys this engine's deliveries hold (awaitTwin).
+	flights flights
 }
 
 // process runs the protocol for m. ctx is the handlers' context: it is not
@@ -267,6 +272,9 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	defer func() { endMessage(span, m, disp) }()
 	log := p.log.With(slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
 	verifyOrigin(m, p.originSecret, log)
+	if m.originalID != "" && m.originalID != m.ID {
+		log = log.With(slog.String("original_message_id", m.originalID)) // a redriven copy
+	}
 	if err := p.decode(m); err != nil {
 		return p.poison(log, err)
 	}
@@ -286,6 +294,9 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		return Disposition{Action: Retry}
 	}
 	acq, err := p.acquire(ctx, log, m, &l)
+	for err == nil && acq.outcome == claimstore.HeldElsewhere && p.awaitTwin(ctx, log, m, acq.held, &l) {
+		acq, err = p.acquire(ctx, log, m, &l)
+	}
 	now = p.now()
 	switch {
 	case errors.Is(err, claimstore.ErrInvalidKey):
@@ -297,8 +308,8 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	switch acq.outcome {
 	case claimstore.KeyReused:
 		p.metrics.record(log, slog.LevelWarn, OutcomeKeyReused, "idempotency key reused with another payload", slog.String("fingerprint", m.Fingerprint))
-		return p.poison(log, Permanentf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
-			m.Key, m.Fingerprint, acq.reused.Stored))
+		return p.poison(log, &PermanentError{Code: CodeKeyReused, Reason: fmt.Sprintf("idempotency key %q reused with another payload (fingerprint %s, stored %s)",
+			m.Key, m.Fingerprint, acq.reused.Stored)})
 	case claimstore.Duplicate:
 		r := replayed(m, acq.replay)
 		p.metrics.replays.WithLabelValues(r.Source).Inc()
@@ -324,14 +335,19 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 	case claimstore.HeldElsewhere:
 		wait := acq.held.Until.Sub(now) + p.deferSlack
 		p.metrics.record(log, slog.LevelInfo, OutcomeDeferred, "deferred: key held elsewhere", slog.String("holder", acq.held.Owner),
-			slog.Int64("token", acq.held.Token), slog.Duration("visible_in", wait))
+			slog.Int64("token", acq.held.Token), slog.String("visible_in", wait.String()))
 		return Disposition{Action: Defer, Delay: wait}
 	}
 
 	c := acq.claim
 	m.Token, m.FirstAt = c.Token, c.FirstAt
+	fl := p.flights.start(m.Key, c.Token)
+	defer p.flights.finish(m.Key, fl)
 	log = log.With(slog.Int64("token", m.Token))
 	p.metrics.record(log, slog.LevelDebug, OutcomeAcquired, "claim acquired", slog.Time("lease_until", c.Until()))
+	if m.Token > 1 {
+		p.tookOver(log, c)
+	}
 	result, herr, lost := p.handle(ctx, log, m, c, &l)
 	if lost {
 		p.metrics.record(log, slog.LevelWarn, OutcomeLeaseLost, "lease lost while handling: not completing, not acking")
@@ -389,10 +405,10 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		// then would find it held and be deferred, spending a receive.
 		p.breaker.failure(storeDependency, rerr)
 		delay = max(delay, c.Until().Sub(p.now())+p.deferSlack)
-		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.Duration("visible_in", delay))
+		p.metrics.record(log, slog.LevelError, OutcomeStoreError, "release failed; the retry waits for the lease to end", slog.Any("error", rerr), slog.String("visible_in", delay.String()))
 	}
 	if IsPermanent(herr) {
-		r := reason(herr)
+		r := reason(herr, CodePermanent)
 		log.Warn("handler failed permanently: dead-lettering", slog.String("reason", r))
 		return Disposition{Action: DeadLetter, Reason: r}
 	}
@@ -402,9 +418,28 @@ func (p *processor) process(ctx context.Context, m *Message, h Hold) (disp Dispo
 		p.metrics.record(log, slog.LevelError, OutcomePanic, "handler panicked; claim released, message not acked", slog.Any("panic", pe.value), slog.String("stack", pe.stack))
 	default:
 		p.metrics.record(log, slog.LevelWarn, OutcomeReleased, "handler failed; claim released, message will be retried", slog.Any("error", herr),
-			slog.String("dependency", dependencyOf(herr)), slog.Duration("visible_in", delay))
+			slog.String("dependency", dependencyOf(herr)), slog.String("visible_in", delay.String()))
 	}
 	return Disposition{Action: Retry, Delay: delay}
+}
+
+// tookOver logs and counts a claim taken over from an earlier holder: whose
+// lease ended (it crashed, stalled or was cut off) or who released the key.
+func (p *processor) tookOver(log *slog.Logger, c *once.Claim) {
+	from := takeoverUnknown
+	attrs := []any{slog.Int64("previous_token", c.Token-1)}
+	if prev := c.TookOver(); prev != nil {
+		from = takeoverExpired
+		if prev.Status == claimstore.StatusReleased {
+			from = takeoverReleased
+		}
+		attrs = []any{slog.String("previous_owner", prev.Owner), slog.Int64("previous_token", prev.Token)}
+		if prev.LastError != "" {
+			attrs = append(attrs, slog.String("previous_error", prev.LastError))
+		}
+	}
+	p.metrics.takeovers.WithLabelValues(from).Inc()
+	log.Info("took over the key from an earlier holder", append([]any{slog.String("from", from)}, attrs...)...)
 }
 
 // failures is which failure of m's key this one is, for its backoff, so
@@ -584,7 +619,7 @@ func (p *processor) hold(ctx context.Context, log *slog.Logger, l *lease, try in
 	wait := p.holdDelay(try)
 	p.metrics.retries.WithLabelValues(dependency).Inc()
 	log.Warn("step failed; holding the message and retrying in process", slog.String("dependency", dependency),
-		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+		slog.Any("error", err), slog.Int("retry", try+1), slog.String("retry_in", wait.String()))
 	end := p.now().Add(wait)
 	for p.now().Before(end) {
 		// Extend a heartbeat's interval before the lease would end.
@@ -663,7 +698,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 			result, err = p.call(hctx, m)
 			p.metrics.handlerTime.Observe(p.now().Sub(start).Seconds())
 			p.metrics.inFlight.Dec()
-			if err == nil || notEncoded(err) != nil || !p.holdHandler(hctx, log, l, try, err) {
+			if err == nil || notEncoded(err) != nil || !p.holdHandler(hctx, log, c, l, try, err) {
 				return err
 			}
 		}
@@ -683,7 +718,7 @@ func (p *processor) handle(ctx context.Context, log *slog.Logger, m *Message, c 
 // with the claim held and heartbeating, instead of spending a receive; if
 // so it waits before the retry. Permanent failures, panics, a lost lease,
 // and messages that cannot be held are not.
-func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease, try int, err error) bool {
+func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, c *once.Claim, l *lease, try int, err error) bool {
 	dep := dependencyOf(err)
 	if dep != "" {
 		p.breaker.failure(dep, err)
@@ -695,7 +730,8 @@ func (p *processor) holdHandler(ctx context.Context, log *slog.Logger, l *lease,
 	wait := max(p.holdDelay(try), retryAfterOf(err))
 	p.metrics.retries.WithLabelValues(cmp.Or(dep, handlerDependency)).Inc()
 	log.Warn("handler failed; holding the claim and retrying in process", slog.String("dependency", dep),
-		slog.Any("error", err), slog.Int("retry", try+1), slog.Duration("retry_in", wait))
+		slog.Any("error", err), slog.Int("retry", try+1), slog.String("retry_in", wait.String()))
+	c.NoteError(err.Error()) // the claim's last_error says why it is held, at the next heartbeat
 	return p.sleep(ctx, l.Stop, wait)
 }
 
@@ -730,7 +766,7 @@ func (p *processor) call(ctx context.Context, m *Message) (result string, err er
 }
 
 func (p *processor) poison(log *slog.Logger, err error) Disposition {
-	r := reason(err)
+	r := reason(err, CodePoison)
 	log.Warn("poison message: dead-lettering", slog.String("reason", r))
 	return Disposition{Action: DeadLetter, Reason: r}
 }

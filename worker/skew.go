@@ -109,13 +109,13 @@ func (c *ClockCheck) Observe(server, start, end time.Time) {
 	if exceeded {
 		c.skewedG.Set(1)
 		c.log.Error("clock skew: this clock is off AWS's by more than the bound; claiming nothing until it agrees (messages wait in the queue)",
-			slog.Duration("offset", offset), slog.Duration("offset_min", est.lo), slog.Duration("offset_max", est.hi),
-			slog.Duration("clock_skew_max", c.max))
+			slog.String("offset", offset.String()), slog.String("offset_min", est.lo.String()), slog.String("offset_max", est.hi.String()),
+			slog.String("clock_skew_max", c.max.String()))
 		return
 	}
 	c.skewedG.Set(0)
 	c.log.Info("clock skew: this clock agrees with AWS's again; claiming again",
-		slog.Duration("offset", offset), slog.Duration("clock_skew_max", c.max))
+		slog.String("offset", offset.String()), slog.String("clock_skew_max", c.max.String()))
 }
 
 // state reports whether the offset is beyond the bound, and the estimate.

@@ -148,7 +148,7 @@ func TestTraceOutcomes(t *testing.T) {
 	if v, _ := spanAttr(msg, attrAction); v.AsString() != "dead_letter" {
 		t.Errorf("permanent failure: action %q, want dead_letter", v.AsString())
 	}
-	if v, _ := spanAttr(msg, attrDeadLetter); v.AsString() != "no such account" {
+	if v, _ := spanAttr(msg, attrDeadLetter); v.AsString() != "permanent: no such account" {
 		t.Errorf("permanent failure: reason %q", v.AsString())
 	}
 	if h := spans[SpanHandle]; h == nil || h.Status().Code != codes.Error {

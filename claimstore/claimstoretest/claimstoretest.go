@@ -107,6 +107,7 @@ func protocolBehaviours() []behaviour {
 		{"held_elsewhere_while_lease_lives", testHeldElsewhereWhileLeaseLives},
 		{"takeover_after_lease_expiry", testTakeoverAfterLeaseExpiry},
 		{"takeover_after_release", testTakeoverAfterRelease},
+		{"renew_writes_last_error", testRenewWritesLastError},
 		{"renew_extends_the_lease", testRenewExtendsTheLease},
 		{"stale_token_rejected", testStaleTokenRejected},
 		{"finished_claim_rejects_holder_writes", testFinishedClaimRejectsHolderWrites},
@@ -186,6 +187,16 @@ func testTakeoverAfterLeaseExpiry(h *harness, key string) {
 	if b.Claim.Token != 2 || b.Claim.Attempts != 2 || b.Claim.Owner != "w2" {
 		h.t.Fatalf("takeover claim = %+v, want token 2, attempts 2, owner w2", b.Claim)
 	}
+	h.wantPrevious(b, claimstore.StatusInProgress)
+}
+
+// wantPrevious checks a takeover's Previous, if the store gives it: the
+// row taken over, w1's with token 1 and status.
+func (h *harness) wantPrevious(a claimstore.Acquisition, status claimstore.Status) {
+	h.t.Helper()
+	if p := a.Previous; p != nil && (p.Owner != "w1" || p.Token != 1 || p.Status != status) {
+		h.t.Fatalf("takeover's Previous = %+v, want w1's row, token 1, %s", *p, status)
+	}
 }
 
 func testTakeoverAfterRelease(h *harness, key string) {
@@ -198,6 +209,23 @@ func testTakeoverAfterRelease(h *harness, key string) {
 	h.wantOutcome(b, claimstore.Acquired)
 	if b.Claim.Token != 2 {
 		h.t.Fatalf("token after release and takeover = %d, want 2", b.Claim.Token)
+	}
+	h.wantPrevious(b, claimstore.StatusReleased)
+}
+
+func testRenewWritesLastError(h *harness, key string) {
+	a := h.acquire(key, "w1")
+	renew := func(lastErr string) {
+		h.t.Helper()
+		if err := h.s.Renew(context.Background(), claimstore.RenewParams{Holder: a.Claim.Holder(),
+			LeaseUntil: h.clock.Now().Add(lease), ExpiresAt: h.clock.Now().Add(retention), LastError: lastErr}); err != nil {
+			h.t.Fatalf("Renew: %v", err)
+		}
+	}
+	renew("provider unavailable: HTTP 503")
+	renew("")
+	if got := h.get(key); got.Status != claimstore.StatusInProgress || got.LastError != "provider unavailable: HTTP 503" {
+		h.t.Fatalf("after renewals with and without LastError = %+v, want IN_PROGRESS with the last error kept", got)
 	}
 }
 

@@ -238,6 +238,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 		p.Acq = claimstore.NewAcq()
 	}
 	c := claimstore.NewClaim(p, now)
+	var prev *claimstore.Claim // the row a takeover wrote over
 	_, err := s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           s.table,
 		Item:                                s.item(c),
@@ -251,7 +252,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 		case err != nil:
 			return claimstore.Acquisition{}, fmt.Errorf("acquire %q: %w", p.Key, err)
 		case old == nil:
-			return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
+			return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c, Previous: prev}, nil
 		}
 		outcome, take := old.Decide(p, now)
 		if !take {
@@ -262,7 +263,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 			// winning, which is what held elsewhere means to the caller.
 			return claimstore.Acquisition{Outcome: claimstore.HeldElsewhere, Claim: *old}, nil
 		}
-		c = old.Takeover(p, now)
+		c, prev = old.Takeover(p, now), old
 		old, err = s.takeover(ctx, old.Token, c, now)
 	}
 }
@@ -359,10 +360,18 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	if err := p.Check(s.cfg.KeyPrefix); err != nil {
 		return err
 	}
-	return s.update(ctx, s.renew, p.Holder, map[string]types.AttributeValue{
+	w := s.renew
+	values := map[string]types.AttributeValue{
 		":lease": num(claimstore.LeaseMillis(p.LeaseUntil)),
 		":ttl":   num(claimstore.ExpirySeconds(p.RenewExpiry())),
-	})
+	}
+	if p.LastError != "" {
+		w.update = aws.String(*w.update + ", #lasterr = :lasterr")
+		w.names = maps.Clone(w.names)
+		w.names["#lasterr"] = attrLastError
+		values[":lasterr"] = str(claimstore.TruncateLastError(p.LastError))
+	}
+	return s.update(ctx, w, p.Holder, values)
 }
 
 // Complete implements claimstore.Store.

@@ -83,7 +83,7 @@ func (s *Store) Acquire(ctx context.Context, p claimstore.AcquireParams) (claims
 	}
 	c := old.Takeover(p, now)
 	s.claims[p.Key] = c
-	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c}, nil
+	return claimstore.Acquisition{Outcome: claimstore.Acquired, Claim: c, Previous: &old}, nil
 }
 
 // Renew implements claimstore.Store.
@@ -94,6 +94,9 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	return s.update(ctx, p.Holder, "renew", claimstore.StatusInProgress, func(c *claimstore.Claim) {
 		c.LeaseUntil = time.UnixMilli(claimstore.LeaseMillis(p.LeaseUntil))
 		c.ExpiresAt = time.Unix(claimstore.ExpirySeconds(p.RenewExpiry()), 0)
+		if p.LastError != "" {
+			c.LastError = claimstore.TruncateLastError(p.LastError)
+		}
 	})
 }
 

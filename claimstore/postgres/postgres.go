@@ -179,7 +179,8 @@ SELECT EXISTS (SELECT 1 FROM u)`
 	}
 	s.holderStatus = `SELECT coalesce((SELECT status FROM ` + t + ` WHERE key = $1 AND acq = $2), '')`
 	s.renew = holder(`lease_until = ` + fmt.Sprintf(leaseSQL, "n.t", "$4") +
-		`, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "greatest($4::bigint, $5::bigint)"))
+		`, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "greatest($4::bigint, $5::bigint)") +
+		`, last_error = CASE WHEN $6 = '' THEN last_error ELSE $6 END`)
 	s.complete = holder(`status = 'COMPLETED', result = $4, expires_at = ` + fmt.Sprintf(expirySQL, "n.t", "$5"))
 	s.release = holder(`status = 'RELEASED', last_error = CASE WHEN $4 = '' THEN last_error ELSE $4 END`)
 
@@ -393,7 +394,7 @@ func (s *Store) Renew(ctx context.Context, p claimstore.RenewParams) error {
 	}
 	now, local := s.clock()
 	return s.holderWrite(ctx, "renew", s.sql.renew, claimstore.StatusInProgress, p.Holder, now,
-		micros(p.LeaseUntil, local), micros(p.ExpiresAt, local))
+		micros(p.LeaseUntil, local), micros(p.ExpiresAt, local), claimstore.TruncateLastError(p.LastError))
 }
 
 // Complete implements claimstore.Store.

@@ -85,7 +85,7 @@ func (s *Store) SweepEvery(ctx context.Context, interval time.Duration, p SweepP
 				slog.Int64(logKeyDeleted, n), slog.Any("error", err))
 		case n > 0:
 			log.Info("claim sweep", slog.String(logKeyTable, s.cfg.Table), slog.Int64(logKeyDeleted, n),
-				slog.Duration(logKeyElapsed, time.Since(start)))
+				slog.String(logKeyElapsed, time.Since(start).String()))
 		}
 	}
 }

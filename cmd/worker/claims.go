@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
@@ -38,6 +39,7 @@ var claimsOrder = []string{"get", "release", "complete", "forget"}
 
 func claimsUsage(io stdio) {
 	fmt.Fprint(io.stdout, `Usage: worker claims <get|release|complete|forget> KEY [flags]
+       worker claims sweep [flags]
 
 Inspect or repair one claim in the claim table. KEY is the idempotency key as
 the worker computes it; CLAIM_KEY_PREFIX is prepended as the worker does.
@@ -67,7 +69,7 @@ type claimsEnv struct {
 func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	if len(args) == 0 {
 		claimsUsage(io)
-		return usagef("claims: a command is required: get, release, complete or forget")
+		return usagef("claims: a command is required: get, release, complete, forget or sweep")
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		claimsUsage(io)
@@ -78,7 +80,7 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 	}
 	sub, ok := claimsCommands()[args[0]]
 	if !ok {
-		return usagef("claims: unknown command %q: want get, release, complete or forget", args[0])
+		return usagef("claims: unknown command %q: want get, release, complete, forget or sweep", args[0])
 	}
 	name := "claims " + args[0]
 	s := newSettings(name, io)
@@ -146,7 +148,11 @@ func cmdClaims(ctx context.Context, args []string, io stdio) error {
 		return usagef("CLAIM_TABLE: %v", err)
 	}
 	c.store = store
-	return claimsError(sub.run(ctx, c, key), c, key)
+	err = claimsError(sub.run(ctx, c, key), c, key)
+	if rnf := (*types.ResourceNotFoundException)(nil); errors.As(err, &rnf) {
+		return fmt.Errorf("claim table %s not found in DynamoDB: if the claims are in PostgreSQL, set STORE=postgres (and DATABASE_URL) as the worker has it: %w", *table, err)
+	}
+	return err
 }
 
 // parseWithKey parses args, which hold one KEY anywhere among the flags.
@@ -208,9 +214,14 @@ type claimJSON struct {
 	FirstAtMS    *int64  `json:"first_at_ms"`
 	Owner        string  `json:"owner"`
 	Attempts     int64   `json:"attempts"`
-	Result       string  `json:"result"`
-	Fingerprint  string  `json:"fingerprint"`
-	LastError    string  `json:"last_error"`
+	// Takeovers is how many times a later delivery took the key over
+	// from an earlier holder (whose lease ended, or who released it): the
+	// token less one. The previous owner is in the taker's log line "took
+	// over the key from an earlier holder"; the row keeps only the last.
+	Takeovers   int64  `json:"takeovers"`
+	Result      string `json:"result"`
+	Fingerprint string `json:"fingerprint"`
+	LastError   string `json:"last_error"`
 }
 
 func toJSON(c claimstore.Claim, prefix string, now time.Time) claimJSON {
@@ -218,7 +229,7 @@ func toJSON(c claimstore.Claim, prefix string, now time.Time) claimJSON {
 		Key: c.Key, StoredKey: claimstore.StoredKey(prefix, c.Key), Status: string(c.Status), Token: c.Token, Acq: c.Acq,
 		LeaseUntil: rfc3339(c.LeaseUntil), LeaseUntilMS: c.LeaseUntil.UnixMilli(),
 		ExpiresAt: rfc3339(c.ExpiresAt), ExpiresAtS: c.ExpiresAt.Unix(),
-		Owner: c.Owner, Attempts: c.Attempts, Result: c.Result, Fingerprint: c.Fingerprint, LastError: c.LastError,
+		Owner: c.Owner, Attempts: c.Attempts, Takeovers: max(c.Token-1, 0), Result: c.Result, Fingerprint: c.Fingerprint, LastError: c.LastError,
 	}
 	if c.Status == claimstore.StatusInProgress {
 		left := max(c.LeaseUntil.Sub(now), 0).Round(time.Millisecond).String()

@@ -73,6 +73,7 @@ func TestClaimJSON(t *testing.T) {
 		"key": "pay_1", "stored_key": "svc#\x1fpay_1", "status": "IN_PROGRESS", "token": 3.0,
 		"lease_until": "2025-12-04T00:00:25.123Z", "lease_until_ms": 1764806425123.0, "lease_left": "25s",
 		"expires_at": "2025-12-05T02:00:00.000Z", "expires_at_s": 1764900000.0, "first_at": nil, "first_at_ms": nil,
+		"takeovers": 2.0,
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -106,6 +107,24 @@ func TestShellQuote(t *testing.T) {
 	} {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestHelpNotGarbled: the claims usage line names every command, sweep
+// too, and no flag's usage carries backquotes, which the flag package
+// takes for the placeholder of its value ("-claim-sweep-interval worker
+// claims sweep").
+func TestHelpNotGarbled(t *testing.T) {
+	t.Parallel()
+	_, stdout, _ := runWorker(t, nil, "claims", "-h")
+	if usage, _, _ := strings.Cut(stdout, "\n\n"); !strings.Contains(usage, "worker claims sweep") {
+		t.Errorf("claims usage %q does not list sweep", usage)
+	}
+	for _, args := range [][]string{{"run", "-h"}, {"claims", "sweep", "-h"}, {"claims", "get", "-h"}} {
+		_, stdout, stderr := runWorker(t, nil, args...)
+		if out := stdout + stderr; strings.Contains(out, "-claim-sweep-interval worker") {
+			t.Errorf("worker %v: garbled flag placeholder in:\n%s", args, out)
 		}
 	}
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,7 +32,7 @@ func definePostgres(s *settings) pgSettings {
 		// No environment default in the flag: a password in the URL must
 		// not show in -h.
 		url:           s.fs.String("database-url", "", "PostgreSQL connection URL, for STORE=postgres (env DATABASE_URL)"),
-		sweepInterval: s.Duration("claim-sweep-interval", "CLAIM_SWEEP_INTERVAL", time.Minute, "how often a PostgreSQL store deletes claims past their expiry (0: never; run `worker claims sweep` instead)"),
+		sweepInterval: s.Duration("claim-sweep-interval", "CLAIM_SWEEP_INTERVAL", time.Minute, "how often a PostgreSQL store deletes claims past their expiry (0: never; run \"worker claims sweep\" instead)"),
 		getenv:        s.getenv,
 	}
 }
@@ -166,15 +166,24 @@ func cmdClaimsSweep(ctx context.Context, args []string, io stdio) error {
 
 // setupPostgres creates the claim table, and the ledger's tables if
 // ledgerTables is set, on DATABASE_URL: `worker setup -postgres`.
-func setupPostgres(ctx context.Context, s *settings, table, ledgerTables string) error {
+func setupPostgres(ctx context.Context, s *settings, table, ledgerTables string, report io.Writer) error {
 	pg := pgSettings{url: new(string), getenv: s.getenv}
 	pool, err := pg.openPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	var existed bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&existed); err != nil {
+		return fmt.Errorf("setup: claim table %s: %w", table, err)
+	}
 	if err := postgres.CreateSchema(ctx, pool, table); err != nil {
 		return fmt.Errorf("setup: %w", err)
+	}
+	if existed {
+		fmt.Fprintf(report, "setup: claim table %s exists (PostgreSQL)\n", table)
+	} else {
+		fmt.Fprintf(report, "setup: created claim table %s (PostgreSQL)\n", table)
 	}
 	if ledgerTables != "" {
 		if err := ledger.CreateSQLTables(ctx, pool, ledgerTables); err != nil {

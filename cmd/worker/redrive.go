@@ -34,8 +34,9 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 		"and only the worker allowed to send to the dead-letter queue")
 	orig := defineOrigin(s)
 	var reasons, excluded stringList
-	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text (repeatable; \"none\" matches those SQS moved itself)")
-	s.fs.Var(&excluded, "exclude-reason", "leave messages whose DeadLetterReason contains this text in the dead-letter queue (repeatable), e.g. \"reconcile\"")
+	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text, such as a code: poison, key_reused, reconcile, permanent "+
+		"(repeatable; \"none\" matches those SQS moved itself)")
+	s.fs.Var(&excluded, "exclude-reason", "leave messages whose DeadLetterReason contains this text in the dead-letter queue (repeatable), e.g. key_reused or reconcile")
 	s.fs.Usage = func() {
 		fmt.Fprint(s.fs.Output(), `Usage: worker redrive [flags]
 
@@ -57,10 +58,18 @@ unless -move-unkeyed.
 
 It moves at most the messages the dead-letter queue held when it started, and
 stops when a message it moved comes back (dead-lettered again by a running
-worker), so that poison is not chased for ever. -reason and -exclude-reason
-choose what to move by DeadLetterReason: the runbook's rule is not to redrive
-key reuse (-exclude-reason "key reused") or reconcile messages
-(-exclude-reason reconcile).
+worker), so that poison is not chased for ever.
+
+The filters choose what to move by DeadLetterReason, which starts with a
+code the worker writes (worker redrive -dry-run lists them):
+  poison       the message cannot be decoded or keyed (-reason poison moves
+               it back once the consumer is fixed)
+  key_reused   the idempotency key came before with another payload
+  reconcile    the outcome is unknown: reconcile by hand
+  permanent    the handler failed permanently for another reason
+The runbook's rule is not to redrive key reuse or reconcile messages:
+  worker redrive -exclude-reason key_reused -exclude-reason reconcile
+With -dry-run they count what that move would take and leave.
 
 `)
 		s.fs.PrintDefaults()
@@ -119,6 +128,9 @@ key reuse (-exclude-reason "key reused") or reconcile messages
 		if c.Unverified+c.Unkeyed > 0 {
 			fmt.Fprintf(io.stdout, "%d whose %s does not verify, %d without %s (a move would leave them: see worker redrive -h)\n",
 				c.Unverified, redrive.OriginalIDAttribute, c.Unkeyed, redrive.OriginalIDAttribute)
+		}
+		if len(reasons)+len(excluded) > 0 {
+			fmt.Fprintf(io.stdout, "with -reason and -exclude-reason: would move %d messages, would leave %d for their reason\n", c.Selected, c.Filtered)
 		}
 		for _, cat := range reasonCategories(c.ByReason) {
 			fmt.Fprintf(io.stdout, "%6d  %s\n", cat.count, cat.name)

@@ -246,7 +246,7 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "", slog.New(slog.NewJSONHandler(io.stderr, nil)))
+	tr, err := newTracing(ctx, io.getenv, io.getenv("AWS_LAMBDA_RUNTIME_API") != "", slog.New(slog.NewJSONHandler(io.stderr, &slog.HandlerOptions{ReplaceAttr: readableDurations})))
 	if err != nil {
 		return aws.Config{}, nil, err
 	}

@@ -104,7 +104,7 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	}
 	ddb := dynamodb.NewFromConfig(cfg)
 	if *pg {
-		if err := setupPostgres(ctx, s, *table, *ledgerTable); err != nil {
+		if err := setupPostgres(ctx, s, *table, *ledgerTable, io.stderr); err != nil {
 			return err
 		}
 	} else if err := createTable(ctx, ddb, "claim table", *table, io.stderr, func() error {

@@ -231,7 +231,11 @@ func (l *Lambda) record(ctx context.Context, r *events.SQSMessage, deadline time
 	until := deadline.Add(-l.cfg.LeaseMargin)
 	hctx := withTraceHeader(l.proc, ctx, r.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)])
 	disp := l.proc.Process(hctx, &m, worker.Hold{Until: until, Deadline: until, Ordered: fifo})
-	return disp.Settle(lambdaRecord{ctx: ctx, l: l, r: r, log: l.log.With(slog.String("message_id", r.MessageId))}), disp.Action
+	log := l.log.With(slog.String("message_id", r.MessageId))
+	if m.Key != "" {
+		log = log.With(slog.String("idempotency_key", m.Key))
+	}
+	return disp.Settle(lambdaRecord{ctx: ctx, l: l, r: r, log: log}), disp.Action
 }
 
 // lambdaRecord carries out a record's disposition: the event source

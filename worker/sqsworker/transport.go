@@ -210,7 +210,11 @@ func (t *transport) deliver(d *sqsDelivery) (disp worker.Disposition, done bool)
 		},
 	}
 	disp = w.proc.Process(withTraceHeader(w.proc, t.hctx, d.traceHeader), &d.msg, h)
-	return disp, disp.Settle(queuedDelivery{t: t, d: d, log: w.log.With(slog.String("message_id", d.msg.ID))})
+	log := w.log.With(slog.String("message_id", d.msg.ID))
+	if d.msg.Key != "" {
+		log = log.With(slog.String("idempotency_key", d.msg.Key))
+	}
+	return disp, disp.Settle(queuedDelivery{t: t, d: d, log: log})
 }
 
 // queuedDelivery carries out a long-polled delivery's disposition.

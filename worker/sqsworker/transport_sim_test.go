@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/logcheck"
 	"github.com/claimfirst/claimfirst/internal/syncbuf"
 	"github.com/claimfirst/claimfirst/sim"
 	"github.com/claimfirst/claimfirst/worker"
@@ -27,8 +28,8 @@ import (
 // TestOutcomesCountedAndLoggedTogether runs the long-poll transport on the
 // simulator's in-memory SQS, on a virtual clock: payments that succeed,
 // fail once, are poison, or are sent twice. Every outcome the metrics count
-// is a log line with that outcome attribute, one for one, and the queue
-// drains.
+// is a log line with that outcome attribute, one for one, the queue
+// drains, and no line carries a duration as bare nanoseconds.
 func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := sim.NewSQS(sim.SQSConfig{})
@@ -51,7 +52,8 @@ func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 		metrics := worker.NewMetrics(prometheus.NewRegistry())
 		cfg := sqsworker.Config{}
 		cfg.QueueURL, cfg.SQS, cfg.Store = url, q, memory.New(memory.Config{})
-		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		check := logcheck.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Logger = slog.New(check)
 		cfg.Metrics, cfg.HoldFor = metrics, time.Nanosecond
 		cfg.Decoder = worker.DecoderFunc(func(m *worker.Message) error {
 			if strings.HasPrefix(m.Body, "poison") {
@@ -111,6 +113,9 @@ func TestOutcomesCountedAndLoggedTogether(t *testing.T) {
 			if int64(logged[string(o)]) != n || (o != worker.OutcomeDeferred && n != want[o]) {
 				t.Errorf("%s: counted %d, logged %d, want %d", o, n, logged[string(o)], want[o])
 			}
+		}
+		if found := check.Durations(); len(found) > 0 {
+			t.Errorf("durations logged as time.Duration (bare nanoseconds in JSON):\n%s", strings.Join(found, "\n"))
 		}
 		if t.Failed() {
 			fmt.Println(logs.String())

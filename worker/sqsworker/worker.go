@@ -58,8 +58,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	log := cfg.Logger.With(slog.String("queue_url", cfg.QueueURL), slog.String("owner", cfg.Owner))
 	if explicitRetention && cfg.Retention < q.Retention+q.DeadLetterRetention {
 		log.Warn("claim retention is shorter than queue plus dead-letter retention: a redriven message may be processed again",
-			slog.Duration("retention", cfg.Retention), slog.Duration("queue_retention", q.Retention),
-			slog.Duration("dead_letter_retention", q.DeadLetterRetention))
+			slog.String("retention", cfg.Retention.String()), slog.String("queue_retention", q.Retention.String()),
+			slog.String("dead_letter_retention", q.DeadLetterRetention.String()))
 	}
 	if q.DeadLetterURL == "" {
 		log.Warn("queue has no redrive policy: poison messages cannot be dead-lettered and will be left on the queue")
@@ -77,8 +77,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	if q.MaxReceiveCount > 0 && proc.RetryCovers() < cfg.OutageCover {
 		log.Warn("the queue's receives cannot outlast the outage cover: a long outage may move valid messages to the dead-letter queue",
-			slog.Int("max_receive_count", q.MaxReceiveCount), slog.Duration("covers", proc.RetryCovers()),
-			slog.Duration("outage_cover", cfg.OutageCover))
+			slog.Int("max_receive_count", q.MaxReceiveCount), slog.String("covers", proc.RetryCovers().String()),
+			slog.String("outage_cover", cfg.OutageCover.String()))
 	}
 	warnFIFOReceives(q, log)
 	w := &Worker{
@@ -162,8 +162,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	close(w.ready)
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Int("pollers", w.cfg.Pollers),
-		slog.Duration("visibility_timeout", w.cfg.VisibilityTimeout), slog.Duration("retention", w.cfg.Retention),
-		slog.Duration("clock_skew_max", w.cfg.ClockSkewMax),
+		slog.String("visibility_timeout", w.cfg.VisibilityTimeout.String()), slog.String("retention", w.cfg.Retention.String()),
+		slog.String("clock_skew_max", w.cfg.ClockSkewMax.String()),
 		slog.String("dead_letter_url", w.queue.DeadLetterURL))
 
 	<-ctx.Done()
@@ -172,7 +172,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer deadline.Stop()
 	cancelAt := time.NewTimer(w.cfg.ShutdownTimeout - shutdownReserve(w.cfg.ShutdownTimeout))
 	defer cancelAt.Stop()
-	w.log.Info("stopping: no new messages; waiting for in-flight messages", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+	w.log.Info("stopping: no new messages; waiting for in-flight messages", slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 	close(w.stop)
 	drained := make(chan struct{})
 	go func() {
@@ -185,7 +185,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-cancelAt.C:
 		// Cancelled handlers release their claims and their messages are
 		// made visible again: nothing is lost, only retried.
-		w.log.Warn("shutdown timeout near: cancelling in-flight handlers", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+		w.log.Warn("shutdown timeout near: cancelling in-flight handlers", slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 		cancelHandlers()
 		select {
 		case <-drained:
@@ -225,7 +225,7 @@ func (w *Worker) abandon() {
 		return true
 	})
 	w.log.Error("shutdown timeout: handlers still running; their messages come back when their visibility ends",
-		slog.Int("abandoned", n), slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+		slog.Int("abandoned", n), slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 }
 
 // shutdownReserve is the part of the shutdown timeout kept for cancelled
