@@ -334,7 +334,7 @@ func (g *kafkaGate) cut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for c := range g.conns {
-		_ = c.Conn.Close()
+		_ = c.Close()
 		delete(g.conns, c)
 	}
 }

@@ -242,7 +242,7 @@ func (c *Config) settingErrs() []error {
 	if c.BreakerThreshold < 1 {
 		errs = append(errs, fieldErr("BreakerThreshold", c.BreakerThreshold, "must be at least 1"))
 	}
-	if c.MaxBuffered < c.Concurrency {
+	if c.Concurrency >= 1 && c.MaxBuffered < c.Concurrency {
 		errs = append(errs, fieldErr("MaxBuffered", c.MaxBuffered, "must be at least Concurrency %d", c.Concurrency))
 	}
 	return errs
