@@ -521,6 +521,9 @@ func (p *amqpProxy) settle(l *amqpLink, channel uint16, tag uint64, ack bool) bo
 		p.d.mu.Lock()
 		p.d.lost++
 		p.d.mu.Unlock()
+		// Lost on the wire: the connection breaks after the ack was
+		// written and before the broker read it, so the broker requeues.
+		go func() { _ = l.client.Close(); _ = l.server.Close() }()
 		return false
 	}
 	delete(l.delivered, k)
