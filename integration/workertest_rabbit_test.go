@@ -60,7 +60,9 @@ func TestWorkertestRabbit(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int64
 	workertest.RunAll(t, func(t workertest.T, o workertest.Options) workertest.Harness {
-		return newRabbitDoor(t, u, fmt.Sprintf("door-%d-%d", time.Now().UnixNano(), n.Add(1)))
+		d := newRabbitDoor(t, u, fmt.Sprintf("door-%d-%d", time.Now().UnixNano(), n.Add(1)))
+		d.ordered = o.Ordered
+		return d
 	})
 }
 
@@ -73,6 +75,9 @@ type rabbitDoor struct {
 	store claimstore.Store
 	conn  *amqp.Connection // the producer's and the suite's, straight to the broker
 
+	// ordered: one delivery at a time (prefetch 1), the queue's order:
+	// a failure is retried in process, never requeued behind the others.
+	ordered  bool
 	loseAcks atomic.Bool
 	outage   atomic.Bool
 
@@ -127,8 +132,8 @@ func (d *rabbitDoor) Timing() workertest.Timing {
 }
 
 func (d *rabbitDoor) Absent(c workertest.Capability) string {
-	if c == workertest.Ordered {
-		return "a RabbitMQ queue with several consumers (or prefetch above one) keeps no order per group; the transport does not order"
+	if c == workertest.Ordered && !d.ordered {
+		return "asked through Options"
 	}
 	return ""
 }
@@ -173,8 +178,12 @@ func (d *rabbitDoor) Start(ctx context.Context, p worker.Protocol) (workertest.C
 	d.mu.Unlock()
 	pu := *upstream
 	pu.Host = px.addr()
+	concurrency := 4
+	if d.ordered {
+		concurrency = 1
+	}
 	w, err := rabbitworker.New(ctx, rabbitworker.Config{
-		Protocol: p, URL: pu.String(), Queue: d.queue, Concurrency: 4,
+		Protocol: p, URL: pu.String(), Queue: d.queue, Concurrency: concurrency,
 		Lease: rabbitLease, HoldFor: 3 * time.Second, MaxHoldBackoff: 500 * time.Millisecond,
 		MaxReturnDelay: 2 * time.Second, ShutdownTimeout: rabbitShutdown,
 		MinReconnect: 50 * time.Millisecond, MaxReconnect: 500 * time.Millisecond, DialTimeout: 2 * time.Second,
