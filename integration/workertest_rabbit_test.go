@@ -401,7 +401,9 @@ func readFrame(r *bufio.Reader) (frame, error) {
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return frame{}, err
 	}
-	raw := append(head, rest...)
+	raw := make([]byte, 0, len(head)+len(rest))
+	raw = append(raw, head...)
+	raw = append(raw, rest...)
 	return frame{typ: head[0], channel: binary.BigEndian.Uint16(head[1:3]), payload: rest[:size], raw: raw}, nil
 }
 

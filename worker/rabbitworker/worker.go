@@ -166,7 +166,12 @@ func (w *Worker) connect() (*incarnation, <-chan amqp.Delivery, <-chan string, e
 		inc.ch.NotifyClose(make(chan *amqp.Error, 1)),
 		inc.pub.NotifyClose(make(chan *amqp.Error, 1)),
 	} {
-		go func() { <-c; inc.end() }()
+		go func() {
+			if err := <-c; err != nil {
+				w.log.Debug("the broker closed a channel or the connection", slog.Any("error", err))
+			}
+			inc.end()
+		}()
 	}
 	tag := fmt.Sprintf("claimfirst-%s-%d", w.cfg.Owner, inc.n)
 	ds, err := inc.ch.Consume(w.cfg.Queue, tag, false, false, false, false, nil)
