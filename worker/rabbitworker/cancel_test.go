@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestQueueDeletedStops(t *testing.T) {
 		Protocol: worker.Protocol{
 			Store: memory.New(memory.Config{}), Retention: time.Hour,
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { return "", nil }),
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:  slog.New(slog.DiscardHandler),
 		},
 		URL: u, Queue: queue, MinReconnect: 50 * time.Millisecond, MaxReconnect: 200 * time.Millisecond,
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -53,7 +52,7 @@ func TestDeliveryLimitEndsACrashLoop(t *testing.T) {
 		Protocol: worker.Protocol{
 			Store: memory.New(memory.Config{}), Handler: handler, Retention: time.Hour,
 			Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:  slog.New(slog.DiscardHandler),
 		},
 		URL: u, Queue: queue, DeliveryLimit: limit, Lease: time.Second, ShutdownTimeout: 200 * time.Millisecond,
 		MinReconnect: 50 * time.Millisecond, MaxReconnect: 200 * time.Millisecond,
@@ -64,7 +63,12 @@ func TestDeliveryLimitEndsACrashLoop(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: []byte("loop")}); err != nil {
 		t.Fatal(err)
 	}

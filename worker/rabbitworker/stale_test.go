@@ -3,7 +3,6 @@ package rabbitworker
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -96,7 +95,7 @@ func staleAck(t *testing.T, u string, plant bool) bool {
 		Protocol: worker.Protocol{
 			Store: memory.New(memory.Config{}), Handler: handler, Retention: time.Hour,
 			Decoder: worker.DecoderFunc(func(m *worker.Message) error { m.Key = m.Body; return nil }),
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:  slog.New(slog.DiscardHandler),
 		},
 		URL: u, Queue: queue, Concurrency: 2, Lease: 2 * time.Second, ShutdownTimeout: 200 * time.Millisecond,
 		MinReconnect: 50 * time.Millisecond, MaxReconnect: 200 * time.Millisecond,
@@ -145,7 +144,9 @@ func staleAck(t *testing.T, u string, plant bool) bool {
 	time.Sleep(500 * time.Millisecond)
 
 	cancel() // Y's handler is still held: the worker abandons it and closes
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
 	_ = other.Close() // X's redelivery goes back
 	time.Sleep(300 * time.Millisecond)
 	ch2, err := conn.Channel()
