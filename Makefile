@@ -17,6 +17,8 @@ EMULATOR := emulator/with-emulator.sh
 POSTGRES := emulator/with-postgres.sh
 # A throwaway Kafka cluster (franz-go's kfake, its own process), or the user's own (KAFKA_BROKERS).
 KAFKA := emulator/with-kafka.sh
+# A throwaway RabbitMQ broker (Debian's rabbitmq-server, its own epmd), or the user's own (AMQP_URL).
+RABBITMQ := emulator/with-rabbitmq.sh
 IMAGE ?= claimfirst-worker
 # The AWS Lambda Runtime Interface Emulator, pinned; the Lambda test runs bootstrap under it.
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
@@ -39,12 +41,12 @@ build: ## Build bin/worker.
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 
 .PHONY: test
-test: tools cfn-lint rie model ## Run every test (unit, conformance, integration) with -race against a fresh emulator and PostgreSQL, and the model.
+test: tools cfn-lint rie model ## Run every test (unit, conformance, integration) with -race against a fresh emulator, PostgreSQL, Kafka and RabbitMQ, and the model.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@# -bench . -benchtime 1x: every benchmark runs once too (in the same binaries, so no second build), so one that cannot start fails here, not first under `make bench`.
-	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
+	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(RABBITMQ) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
 	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
 
 .PHONY: bench
@@ -86,7 +88,7 @@ spin: ## Install Debian's spin package (the model checker) and gcc if missing.
 	fi
 
 .PHONY: tools
-tools: spin ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or install the missing (.venv, Debian's postgresql); spin from Debian.
+tools: spin ## Use moto, cfn-lint, the aws CLI, PostgreSQL and RabbitMQ from PATH, or install the missing (.venv, Debian's postgresql and rabbitmq-server); spin from Debian.
 	@missing=""; \
 	python3 -c 'import moto, werkzeug' 2>/dev/null || $(VENV)/bin/python -c 'import moto, werkzeug' 2>/dev/null || missing=" moto"; \
 	for t in cfn-lint aws; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -102,6 +104,16 @@ tools: spin ## Use moto, cfn-lint, the aws CLI and PostgreSQL from PATH, or inst
 			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql >/dev/null || exit 3; \
 		else \
 			echo "tools: PostgreSQL server (initdb) not found: apt-get install postgresql (Debian/Ubuntu), brew install postgresql, or set DATABASE_URL to a server" >&2; exit 3; \
+		fi; \
+	fi
+	@# RabbitMQ's server, for the throwaway broker of `make test` (unless AMQP_URL names a broker).
+	@if [ -z "$$AMQP_URL" ] && ! ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
+			echo "tools: rabbitmq-server not found; installing Debian's rabbitmq-server"; \
+			{ DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server >/dev/null || \
+				{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server >/dev/null; }; } || exit 3; \
+		else \
+			echo "tools: rabbitmq-server not found: apt-get install rabbitmq-server (Debian/Ubuntu), or set AMQP_URL to a broker" >&2; exit 3; \
 		fi; \
 	fi
 
