@@ -32,7 +32,9 @@
 //   - ResultTooLarge: a result the store cannot hold: one effect, acked,
 //     the claim completed, a later copy a duplicate.
 //   - RenewalBlip: the store fails renewals for over a lease while the
-//     handler runs and then succeeds: completed by that run, one effect.
+//     handler runs and then succeeds (where a handler cannot outlive its
+//     lease, Timing.MaxRun, for most of the run): completed by that run,
+//     one effect.
 //   - ShutdownOverrun: the consumer shuts down while a handler ignores its
 //     cancelled context past the shutdown timeout, and the process lives
 //     on; a new consumer gets the redelivery: the key's runs never overlap,

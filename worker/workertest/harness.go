@@ -106,6 +106,11 @@ type Timing struct {
 	Lease time.Duration
 	// Shutdown is the consumer's shutdown timeout: Stop returns within it.
 	Shutdown time.Duration
+	// MaxRun is the longest a handler can run before the transport ends
+	// it whatever it does (Lambda: the lease, which ends before the
+	// invocation's deadline). Zero: a handler may outlive any number of
+	// leases, its claim renewed while it runs.
+	MaxRun time.Duration
 }
 
 // Capability is a fault or promise a scenario needs from the transport.
