@@ -122,7 +122,7 @@ func (w *Worker) release(m map[string][]int32, commit bool) {
 	case <-done:
 	case <-t.C:
 		w.log.Warn("revoke grace over: records still running finish under their claims; the next owner finds their keys held and waits",
-			slog.Duration("revoke_grace", w.cfg.RevokeGrace))
+			slog.String("revoke_grace", w.cfg.RevokeGrace.String()))
 	}
 	t.Stop()
 	w.commitMu.Lock()

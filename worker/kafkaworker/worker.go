@@ -154,7 +154,7 @@ func (w *Worker) checkTopics(ctx context.Context, adm *kadm.Client) error {
 		if w.cfg.Retention == 0 {
 			return fmt.Errorf("%w: topic %s keeps records without end (compacted, or retention.ms -1): set Retention explicitly to how long a key must be remembered", ErrRetention, w.cfg.Topic)
 		}
-		w.log.Warn("topic keeps records without end: the claims' Retention is the explicit setting", slog.Duration("retention", w.cfg.Retention))
+		w.log.Warn("topic keeps records without end: the claims' Retention is the explicit setting", slog.String("retention", w.cfg.Retention.String()))
 		return nil
 	}
 	least := w.cfg.MinRetention(retention)
@@ -215,15 +215,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(pollDone); w.poll(ctx) }()
 	commitDone := make(chan struct{})
 	go func() { defer close(commitDone); w.commitLoop(ctx) }()
-	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Duration("lease", w.cfg.Lease),
-		slog.Duration("retention", w.cfg.Retention), slog.String("dead_letter_topic", w.cfg.DeadLetterTopic))
+	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.String("lease", w.cfg.Lease.String()),
+		slog.String("retention", w.cfg.Retention.String()), slog.String("dead_letter_topic", w.cfg.DeadLetterTopic))
 
 	<-ctx.Done()
 	deadline := time.NewTimer(w.cfg.ShutdownTimeout)
 	defer deadline.Stop()
 	cancelAt := time.NewTimer(w.cfg.ShutdownTimeout - min(w.cfg.ShutdownTimeout/4, 5*time.Second))
 	defer cancelAt.Stop()
-	w.log.Info("stopping: no new records; waiting for running records", slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+	w.log.Info("stopping: no new records; waiting for running records", slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 	<-pollDone
 	<-commitDone
 	w.mu.Lock()
@@ -244,7 +244,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-deadline.C:
 			n := w.inFlight.Load()
 			w.log.Error("shutdown timeout: handlers still running; their records are replayed by the partitions' next owner",
-				slog.Int64("abandoned", n), slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+				slog.Int64("abandoned", n), slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 			runErr = fmt.Errorf("%w (%s)", ErrShutdownTimeout, w.cfg.ShutdownTimeout)
 		}
 	}
@@ -541,7 +541,7 @@ func (s *settler) DeadLetter(reason string) bool {
 			return true
 		}
 		w.cfg.Metrics.Record(log, slog.LevelError, worker.OutcomeSendFailed, "dead-letter write failed; not committing the record, retrying the write",
-			slog.Any("error", err), slog.Duration("retry_in", wait))
+			slog.Any("error", err), slog.String("retry_in", wait.String()))
 		select {
 		case <-time.After(wait):
 		case <-s.p.stop:

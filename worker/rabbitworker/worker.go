@@ -203,7 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				break
 			}
 			w.setHealth(fmt.Errorf("broker unreachable: %w", err))
-			w.log.Warn("cannot connect to the broker; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+			w.log.Warn("cannot connect to the broker; retrying", slog.Any("error", err), slog.String("retry_in", backoff.String()))
 			sleep(ctx, jitter(backoff))
 			backoff = min(backoff*2, w.cfg.MaxReconnect)
 			continue
@@ -233,7 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownTimeout):
 		w.log.Warn("shutdown timeout: handlers still running are abandoned; the broker redelivers their messages, their claims kept until they return",
-			slog.Duration("shutdown_timeout", w.cfg.ShutdownTimeout))
+			slog.String("shutdown_timeout", w.cfg.ShutdownTimeout.String()))
 	}
 	if last != nil {
 		_ = last.conn.Close()
