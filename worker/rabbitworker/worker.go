@@ -308,6 +308,15 @@ func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 	}
 	disp := w.engine.Process(w.hctx, m, h)
 	s := &settler{w: w, inc: inc, d: d, m: m, log: w.log.With(slog.String("message_id", m.ID), slog.Uint64("delivery_tag", d.DeliveryTag))}
+	if disp.Action == worker.Leave {
+		// The lease was lost or the outcome is unknown: nothing to ack,
+		// and no visibility to end. Requeue once the lease has surely
+		// ended (SQS's visibility would), so the next delivery finds the
+		// claim completed or takes it over; unacked, it would hold a
+		// prefetch slot until consumer_timeout.
+		s.ReturnAfter(w.cfg.Lease)
+		return
+	}
 	disp.Settle(s)
 }
 
