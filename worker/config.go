@@ -120,7 +120,7 @@ func (f *Protocol) setDefaults() {
 		f.OutageCover = DefaultOutageCover
 	}
 	if f.Owner == "" {
-		f.Owner = DefaultOwner()
+		f.Owner = defaultOwner()
 	}
 	if f.Logger == nil {
 		f.Logger = slog.Default()
@@ -270,8 +270,8 @@ func CheckStore(ctx context.Context, s claimstore.Store) error {
 	return nil
 }
 
-// DefaultOwner names this process: host, pid and a random suffix.
-func DefaultOwner() string {
+// defaultOwner names this process: host, pid and a random suffix.
+func defaultOwner() string {
 	host, _ := os.Hostname()
 	var b [3]byte
 	_, _ = rand.Read(b[:])
