@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/origin"
 )
@@ -230,7 +231,7 @@ func reason(err error, code string) string {
 
 // ErrConfig marks a configuration the worker refuses to start with; the
 // binary exits with status 2 on it.
-var ErrConfig = errors.New("worker: bad configuration")
+var ErrConfig = setting.ErrConfig
 
 // ErrShutdownTimeout is returned by a transport's Run when in-flight work
 // had not ended within its shutdown timeout of its context's end, even
