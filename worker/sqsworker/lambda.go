@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -109,7 +110,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.QueueURL != "" {
 		skew = worker.NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
 		cfg.SQS = measureSQS(skew, cfg.Now, cfg.SQS)
-		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
+		q, err := queue.Read(ctx, cfg.SQS, cfg.QueueURL)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
@@ -118,7 +119,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		}
 		// A record is claimed within its invocation, which lasts at most
 		// Lambda's longest timeout.
-		if err := CheckRetention(cfg.Retention, q, lambdaClockBound(cfg.ClockSkewMax, cfg.LeaseMargin), lambdaMaxTimeout); err != nil {
+		if err := checkRetention(cfg.Retention, q, lambdaClockBound(cfg.ClockSkewMax, cfg.LeaseMargin), lambdaMaxTimeout); err != nil {
 			return nil, err
 		}
 		l.queue = q
