@@ -157,7 +157,8 @@ func RunValue[T any](ctx context.Context, store claimstore.Store, key string, op
 // Encode encodes v with codec (nil: JSONCodec) and checks that it decodes
 // back into a T. If it does not, the result cannot be stored: the
 // *EncodeError for key and token says why, and its Stored is what the
-// claim is completed with instead (the worker's ValueHandler uses it).
+// claim is completed with instead. It is for a door's own typed adapter,
+// as the worker's ValueHandler is one.
 func Encode[T any](codec Codec, key string, token int64, v T) (string, *EncodeError) {
 	s, _, ee := encode(codec, key, token, v)
 	return s, ee

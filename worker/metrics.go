@@ -52,7 +52,15 @@ var outcomes = []Outcome{
 	OutcomeKeyReused, OutcomeSkipped, OutcomeClockSkew,
 }
 
-// Metrics are the worker's Prometheus metrics.
+// Metrics are the worker's Prometheus metrics. A program makes them with
+// NewMetrics and hands them to its transport; the methods are for the two
+// others who need them. A transport (sqsworker, kafkaworker, rabbitworker,
+// or a user's own outside this module) counts what it does itself with
+// Record, RecordN, Received, DroppedAttribute, and SQS's DeleteBatch,
+// GroupBlocked and Heartbeats, kept here so that one Metrics serves every
+// transport in one registry. A test reads counters as numbers with Count,
+// Replays, Takeovers and ResultsNotStored (the registry has the same).
+// KnownDependencies is for a program whose handler names dependencies.
 type Metrics struct {
 	messages      *prometheus.CounterVec
 	handlerTime   prometheus.Histogram
