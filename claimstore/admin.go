@@ -67,7 +67,7 @@ func (p ForceCompleteParams) Check(prefix string) error {
 	if p.ExpiresAt.IsZero() {
 		errs = append(errs, errors.New("ExpiresAt is required"))
 	}
-	if err := CheckResult(p.Result); err != nil {
+	if err := checkResult(p.Result); err != nil {
 		return err
 	}
 	if len(errs) > 0 {

@@ -404,12 +404,13 @@ func (p CompleteParams) Check(prefix string) error {
 	if p.ExpiresAt.IsZero() {
 		return fmt.Errorf("%w: complete: ExpiresAt is required", ErrInvalidParams)
 	}
-	return CheckResult(p.Result)
+	return checkResult(p.Result)
 }
 
-// CheckResult fails with ErrResultTooLarge if result is longer than
-// MaxResultBytes. Complete and ForceComplete check it before writing.
-func CheckResult(result string) error {
+// checkResult fails with ErrResultTooLarge if result is longer than
+// MaxResultBytes. CompleteParams.Check and ForceCompleteParams.Check
+// check it, so every store does before writing.
+func checkResult(result string) error {
 	if len(result) > MaxResultBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrResultTooLarge, len(result), MaxResultBytes)
 	}

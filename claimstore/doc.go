@@ -27,6 +27,22 @@
 // fails with ErrTxUnsupported (the memory store) rather than complete the
 // claim without the writes.
 //
+// # For store authors
+//
+// Beside the contract, the package exports what every backend must do
+// alike, so that a store written outside this module (which internal
+// packages cannot serve) behaves as dynamo, postgres and memory do, and
+// passes claimstoretest: the params' Check methods and CheckKey refuse a
+// call as every store does; NewClaim and Claim's Decide, Takeover,
+// Takeable, Blocked and Live are the protocol's decisions on a row;
+// RenewParams.RenewExpiry and ForceCompleteParams.Expiry are the expiry a
+// write stores; StoredKey and KeySeparator are a prefixed store's key;
+// TruncateLastError and the Max*Bytes limits are what a row holds;
+// ExpirySeconds and LeaseMillis are the stored instants' units; NewAcq is a
+// new acquisition id; ReadForRepair is the read every Admin repair starts
+// with; OmittedResult is the marker of a result too large to store. A
+// program that only uses a store needs none of them.
+//
 // The repository's docs/protocol.md is the reference for the stored row
 // (every attribute with its DynamoDB type and unit), each write's exact
 // condition, and the state diagram; docs/runbook.md says how to inspect and

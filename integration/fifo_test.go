@@ -22,10 +22,10 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 	"github.com/claimfirst/claimfirst/worker"
-	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // newFIFOEnv is newEnv with a FIFO queue and a FIFO dead-letter queue, both
@@ -390,7 +390,7 @@ func TestLambdaFIFO(t *testing.T) {
 func checkFIFOPair(t *testing.T, sq *sqs.Client, queueURL, dlqURL string) {
 	t.Helper()
 	ctx := context.Background()
-	q, err := sqsworker.ReadQueue(ctx, sq, queueURL)
+	q, err := queue.Read(ctx, sq, queueURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
-	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
 // The LocalStack init script is plain `awslocal` calls, so the same script
@@ -244,7 +244,7 @@ func deployCheckResources(t *testing.T, cfg aws.Config, r deployResources) {
 	wantMaxReceives := tmplInt(t, d.eval(t, tmplMap(t, tprops["RedrivePolicy"])["maxReceiveCount"], nil))
 
 	sq := sqs.NewFromConfig(cfg)
-	q, err := sqsworker.ReadQueue(ctx, sq, r.QueueURL)
+	q, err := queue.Read(ctx, sq, r.QueueURL)
 	if err != nil {
 		t.Fatalf("the worker cannot read the queue: %v", err)
 	}

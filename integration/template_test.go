@@ -266,8 +266,8 @@ func TestTemplateClaimRetention(t *testing.T) {
 	}
 	// The worker's largest clock bound (its lease margin's cap) and its
 	// default hold, or a FIFO group's wait.
-	if err := sqsworker.CheckRetention(retention, q, 5*time.Second, sqsworker.MaxVisibility); err != nil {
-		t.Errorf("the worker would refuse to start: %v", err)
+	if least := sqsworker.MinRetention(q, 5*time.Second, sqsworker.MaxVisibility); retention < least {
+		t.Errorf("the worker would refuse to start: CLAIM_RETENTION %s is shorter than %s", retention, least)
 	}
 	// A redrive from the dead-letter queue sends a new message with a new
 	// enqueue time, so a copy can arrive up to queue + DLQ retention late.

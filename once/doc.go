@@ -69,7 +69,7 @@
 // Options.Renewed hears each renewal, for logs and metrics.
 //
 // RunValue and DoValue store a result of the caller's type (JSON by
-// default, or a Codec), and decode a replay into it; a stored result that
+// default, or Options.Codec), and decode a replay into it; a stored result that
 // no longer decodes is a *DecodeError (ErrUndecodable), not a zero value.
 // A result that does not encode (a NaN in JSON) after the function
 // succeeded completes the key with a marker, as a result too large does:

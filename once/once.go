@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +105,11 @@ type Options struct {
 	// Now is the clock every step reads: the lease asked for, renewals, the
 	// watchdog, expires_at and backoffs. Defaults to time.Now.
 	Now func() time.Time
+	// Codec turns RunValue's and DoValue's typed result into the stored
+	// string and back, as worker.ValueHandler's Codec field does; Run and
+	// Do, whose results are strings already, do not use it. Defaults to
+	// JSONCodec.
+	Codec Codec
 }
 
 func (o Options) withDefaults() Options {
@@ -258,26 +264,45 @@ func (e *KeyReusedError) Error() string {
 // Is reports whether target is ErrKeyReused.
 func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
 
-// PermanentError marks a function's failure that retrying cannot fix.
+// PermanentError marks a function's failure that retrying cannot fix. It
+// has the shape of worker.PermanentError (a reason and the error under it),
+// which wraps one: one notion of permanent for both.
 type PermanentError struct {
-	// Err is the failure.
+	// Reason says why, in a form fit for a log line.
+	Reason string
+	// Err is the underlying error, if any.
 	Err error
 }
 
 // Error implements error.
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string { return "permanent: " + e.Text() }
 
-// Unwrap returns the failure.
+// Text is the reason and the underlying error's detail, the reason said
+// once: an error that repeats it ("provider: <reason>: HTTP 422") adds only
+// what follows. worker.PermanentError says it the same way.
+func (e *PermanentError) Text() string {
+	switch {
+	case e.Err == nil:
+		return e.Reason
+	case e.Reason == "":
+		return e.Err.Error()
+	}
+	detail := e.Err.Error()
+	if i := strings.Index(detail, e.Reason); i >= 0 {
+		return e.Reason + detail[i+len(e.Reason):]
+	}
+	return e.Reason + ": " + detail
+}
+
+// Unwrap returns the underlying error.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
-// Permanent marks err as a failure that retrying cannot fix. The claim is
-// released as for any error; Wait returns it rather than retrying. Permanent
-// returns nil for a nil err.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
+// Permanent returns an error that marks a failure retrying cannot fix, with
+// reason and the underlying error err (either may be empty). The claim is
+// released as for any error; Wait returns it rather than retrying. It has
+// worker.Permanent's shape: once.Permanent("card declined", err).
+func Permanent(reason string, err error) error {
+	return &PermanentError{Reason: reason, Err: err}
 }
 
 // IsPermanent reports whether err is or wraps a PermanentError.

@@ -233,7 +233,7 @@ func TestErrorReleasesAndTheNextCallRuns(t *testing.T) {
 		}
 		// A permanent failure releases too, and says so.
 		_, err = once.Do(t.Context(), s, key+"-p", once.Options{}, func(context.Context, once.Call) (string, error) {
-			return "", once.Permanent(errors.New("account closed"))
+			return "", once.Permanent("account closed", nil)
 		})
 		if !once.IsPermanent(err) {
 			t.Fatalf("Do = %v, want a permanent error", err)

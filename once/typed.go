@@ -94,14 +94,14 @@ type Value[T any] struct {
 	Token int64
 }
 
-// DoValue is Do for a result of type T, stored with codec (nil: JSONCodec).
-func DoValue[T any](ctx context.Context, store claimstore.Store, key string, opts Options, codec Codec, fn ValueFunc[T]) (T, error) {
-	r, err := RunValue(ctx, store, key, opts, codec, fn)
+// DoValue is Do for a result of type T, stored with opts.Codec.
+func DoValue[T any](ctx context.Context, store claimstore.Store, key string, opts Options, fn ValueFunc[T]) (T, error) {
+	r, err := RunValue(ctx, store, key, opts, fn)
 	return r.Value, err
 }
 
-// RunValue is Run for a result of type T: fn's result is encoded with codec
-// (nil: JSONCodec) and stored with the completed claim, and a replay decodes
+// RunValue is Run for a result of type T: fn's result is encoded with
+// opts.Codec (JSONCodec unless set) and stored with the completed claim, and a replay decodes
 // the stored result into a T. The first call returns the value as a replay
 // would see it (encoded and decoded), so both agree. A result that does not
 // survive the trip (it does not encode, or does not decode as encoded) is
@@ -112,7 +112,8 @@ func DoValue[T any](ctx context.Context, store claimstore.Store, key string, opt
 // *ResultTooLargeError, as by Run. A replay whose stored result no longer
 // decodes returns a *DecodeError (ErrUndecodable) and the zero T, never a
 // silent zero. Other errors are Run's.
-func RunValue[T any](ctx context.Context, store claimstore.Store, key string, opts Options, codec Codec, fn ValueFunc[T]) (Value[T], error) {
+func RunValue[T any](ctx context.Context, store claimstore.Store, key string, opts Options, fn ValueFunc[T]) (Value[T], error) {
+	codec := opts.Codec
 	if codec == nil {
 		codec = JSONCodec{}
 	}
@@ -156,7 +157,8 @@ func RunValue[T any](ctx context.Context, store claimstore.Store, key string, op
 // Encode encodes v with codec (nil: JSONCodec) and checks that it decodes
 // back into a T. If it does not, the result cannot be stored: the
 // *EncodeError for key and token says why, and its Stored is what the
-// claim is completed with instead (the worker's ValueHandler uses it).
+// claim is completed with instead. It is for a door's own typed adapter,
+// as the worker's ValueHandler is one.
 func Encode[T any](codec Codec, key string, token int64, v T) (string, *EncodeError) {
 	s, _, ee := encode(codec, key, token, v)
 	return s, ee

@@ -20,7 +20,7 @@ func ExampleRunValue() {
 		return Receipt{ChargeID: "ch_123", Amount: 1999}, nil
 	}
 	for range 2 {
-		r, err := once.RunValue(context.Background(), store, "order-7", once.Options{}, nil, charge)
+		r, err := once.RunValue(context.Background(), store, "order-7", once.Options{}, charge)
 		fmt.Printf("%+v replayed=%v err=%v\n", r.Value, r.Replayed, err)
 	}
 	// Output:

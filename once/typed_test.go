@@ -28,16 +28,16 @@ func TestRunValueReplaysTheType(t *testing.T) {
 			runs++
 			return receipt{ChargeID: "ch_1", Amount: 1999}, nil
 		}
-		first, err := once.RunValue(ctx, s, key, once.Options{}, nil, fn)
+		first, err := once.RunValue(ctx, s, key, once.Options{}, fn)
 		if err != nil || first.Replayed || first.Value != (receipt{"ch_1", 1999}) {
 			t.Fatalf("first call = %+v, %v", first, err)
 		}
-		again, err := once.RunValue(ctx, s, key, once.Options{}, nil, fn)
+		again, err := once.RunValue(ctx, s, key, once.Options{}, fn)
 		if err != nil || !again.Replayed || again.Value != first.Value || again.Token != first.Token || runs != 1 {
 			t.Fatalf("repeat = %+v, %v after %d runs; want the first value replayed, one run", again, err, runs)
 		}
 		// A pointer type replays as well.
-		p, err := once.DoValue(ctx, s, key, once.Options{}, nil, func(context.Context, once.Call) (*receipt, error) {
+		p, err := once.DoValue(ctx, s, key, once.Options{}, func(context.Context, once.Call) (*receipt, error) {
 			t.Error("ran again")
 			return nil, nil
 		})
@@ -58,7 +58,7 @@ func TestRunValueUndecodable(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		v, err := once.DoValue(ctx, s, key, once.Options{}, nil, func(context.Context, once.Call) (receipt, error) {
+		v, err := once.DoValue(ctx, s, key, once.Options{}, func(context.Context, once.Call) (receipt, error) {
 			t.Error("ran again")
 			return receipt{}, nil
 		})
@@ -69,13 +69,13 @@ func TestRunValueUndecodable(t *testing.T) {
 		type renamed struct {
 			Charge string `json:"charge"`
 		}
-		_, err = once.DoValue(ctx, s, key+"-2", once.Options{}, nil, func(context.Context, once.Call) (receipt, error) {
+		_, err = once.DoValue(ctx, s, key+"-2", once.Options{}, func(context.Context, once.Call) (receipt, error) {
 			return receipt{ChargeID: "ch_2", Amount: 5}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := once.DoValue(ctx, s, key+"-2", once.Options{}, nil, func(context.Context, once.Call) (renamed, error) {
+		r, err := once.DoValue(ctx, s, key+"-2", once.Options{}, func(context.Context, once.Call) (renamed, error) {
 			t.Error("ran again")
 			return renamed{}, nil
 		})
@@ -127,7 +127,7 @@ func TestRunValueResultThatDoesNotEncodeRunsOnce(t *testing.T) {
 				var vs [3]once.Value[measured]
 				var errs [3]error
 				for i := range vs {
-					vs[i], errs[i] = once.RunValue(ctx, s, key, once.Options{}, tc.codec, fn)
+					vs[i], errs[i] = once.RunValue(ctx, s, key, once.Options{Codec: tc.codec}, fn)
 				}
 				if n := runs.Load(); n != 1 {
 					t.Fatalf("the function ran %d times in 3 calls, want 1 (errors %v)", n, errs)
@@ -175,11 +175,11 @@ func TestRunValueResultTooLargeKeepsTheValue(t *testing.T) {
 		runs++
 		return receipt{ChargeID: big, Amount: 1}, nil
 	}
-	v, err := once.RunValue(t.Context(), s, "k", once.Options{}, nil, fn)
+	v, err := once.RunValue(t.Context(), s, "k", once.Options{}, fn)
 	if !errors.Is(err, once.ErrResultTooLarge) || v.Value.ChargeID != big || v.Token != 1 {
 		t.Fatalf("first call: %d bytes, token %d, err %v; want the value and ErrResultTooLarge", len(v.Value.ChargeID), v.Token, err)
 	}
-	v, err = once.RunValue(t.Context(), s, "k", once.Options{}, nil, fn)
+	v, err = once.RunValue(t.Context(), s, "k", once.Options{}, fn)
 	if !errors.Is(err, once.ErrResultTooLarge) || v.Value.ChargeID != "" || !v.Replayed || runs != 1 {
 		t.Fatalf("later call: %+v, %v after %d runs; want ErrResultTooLarge, replayed, one run", v.Token, err, runs)
 	}
@@ -199,7 +199,7 @@ func TestRunValueWithKeyExpression(t *testing.T) {
 			if err != nil {
 				return once.Value[receipt]{}, err
 			}
-			return once.RunValue(ctx, s, x.Key, once.Options{Fingerprint: x.Fingerprint}, nil,
+			return once.RunValue(ctx, s, x.Key, once.Options{Fingerprint: x.Fingerprint},
 				func(context.Context, once.Call) (receipt, error) { return receipt{ChargeID: "ch", Amount: 10}, nil })
 		}
 		if r, err := call(`{"order":{"id":"KEY","amount":10}}`); err != nil || r.Replayed {

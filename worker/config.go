@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/origin"
 )
 
@@ -120,7 +120,7 @@ func (f *Protocol) setDefaults() {
 		f.OutageCover = DefaultOutageCover
 	}
 	if f.Owner == "" {
-		f.Owner = DefaultOwner()
+		f.Owner = defaultOwner()
 	}
 	if f.Logger == nil {
 		f.Logger = slog.Default()
@@ -134,8 +134,7 @@ func (f *Protocol) setDefaults() {
 }
 
 // SettingErrors returns what is wrong with f's settings, defaults applied,
-// as FieldErrors (not joined: a transport adds its own and joins them with
-// ConfigErrors): a MaxRetryBackoff below MinRetryBackoff, an
+// (not joined: a transport adds its own and joins them under ErrConfig): a MaxRetryBackoff below MinRetryBackoff, an
 // OriginalIDSecret too short (never showing it). Store, Handler and
 // Retention are not checked: NewEngine does, once the transport filled
 // what it derives from its broker.
@@ -150,73 +149,13 @@ func (f *Protocol) SettingErrors() []error {
 // secretErrs are what is wrong with f's OriginalIDSecret, never showing it.
 func (f *Protocol) secretErrs() []error {
 	if origin.Check(f.OriginalIDSecret) != nil {
-		return []error{&FieldError{Field: "OriginalIDSecret", Problem: fmt.Sprintf("must be at least %d bytes", origin.MinSecretBytes)}}
+		return []error{&setting.Error{Field: "OriginalIDSecret", Problem: fmt.Sprintf("must be at least %d bytes", origin.MinSecretBytes)}}
 	}
 	return nil
 }
 
-// FieldError is a setting a configuration refuses: validation joins one
-// per bad field under ErrConfig, so that a caller (the binary) can name the
-// setting as its user knows it (an environment variable, a flag).
-type FieldError struct {
-	// Field is the configuration field, as named in Protocol or the
-	// transport's configuration (sqsworker.Config, ...).
-	Field string
-	// Value is the refused value; nil for a missing one.
-	Value any
-	// Problem says what is wrong with it.
-	Problem string
-}
-
-// Error implements error: "Field Value: Problem", or "Field Problem"
-// for a missing one.
-func (e *FieldError) Error() string {
-	if e.Value == nil {
-		return e.Field + " " + e.Problem
-	}
-	return fmt.Sprintf("%s %v: %s", e.Field, e.Value, e.Problem)
-}
-
-func fieldErr(field string, value any, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
-}
-
-// FieldErrors returns the FieldErrors err joins (in order), none when err
-// holds none.
-func FieldErrors(err error) []*FieldError {
-	var out []*FieldError
-	var walk func(error)
-	walk = func(e error) {
-		if fe, ok := e.(*FieldError); ok { //nolint:errorlint // this walk is the unwrapping
-			out = append(out, fe)
-			return
-		}
-		switch u := e.(type) { //nolint:errorlint // this walk is the unwrapping
-		case interface{ Unwrap() []error }:
-			for _, x := range u.Unwrap() {
-				walk(x)
-			}
-		case interface{ Unwrap() error }:
-			if x := u.Unwrap(); x != nil {
-				walk(x)
-			}
-		}
-	}
-	if err != nil {
-		walk(err)
-	}
-	return out
-}
-
-// ConfigErrors joins errs (FieldErrors, usually) under ErrConfig; nil
-// when there are none.
-func ConfigErrors(errs ...error) error { return joinConfig(errs) }
-
-func joinConfig(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+func fieldErr(field string, value any, format string, args ...any) *setting.Error {
+	return &setting.Error{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
 }
 
 // engine returns the per-message protocol with f's settings (defaults
@@ -270,8 +209,8 @@ func CheckStore(ctx context.Context, s claimstore.Store) error {
 	return nil
 }
 
-// DefaultOwner names this process: host, pid and a random suffix.
-func DefaultOwner() string {
+// defaultOwner names this process: host, pid and a random suffix.
+func defaultOwner() string {
 	host, _ := os.Hostname()
 	var b [3]byte
 	_, _ = rand.Read(b[:])

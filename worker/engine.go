@@ -61,7 +61,8 @@ func (c *ClockCheck) Err() error { return c.err() }
 // then makes a short call to measure again. False for a nil ClockCheck.
 func (c *ClockCheck) Stale(d time.Duration) bool { return c.stale(d) }
 
-// Outcomes returns every Outcome, in the order metrics list them.
+// Outcomes returns every Outcome, in the order metrics list them, for a
+// transport that exports them its own way (sqsworker's EMF lines).
 func Outcomes() []Outcome { return slices.Clone(outcomes) }
 
 // Record counts one message with outcome o and logs msg at level with

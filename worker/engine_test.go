@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore/claimstoretest"
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/setting"
 )
 
 // TestNewEngineRefuses: an engine without a store, a handler or a
@@ -34,7 +35,7 @@ func TestNewEngineRefuses(t *testing.T) {
 			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("err %v, want ErrConfig", err)
 			}
-			if fe := FieldErrors(err); len(fe) != 1 || fe[0].Field != tc.field {
+			if fe := setting.Errors(err); len(fe) != 1 || fe[0].Field != tc.field {
 				t.Fatalf("field errors %v, want one for %s", fe, tc.field)
 			}
 		})

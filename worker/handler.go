@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/origin"
 )
@@ -177,31 +178,23 @@ func (e *PermanentError) Error() string {
 	return "permanent: " + e.text()
 }
 
-// text is the reason and the cause's detail, the reason said once: a cause
-// that repeats it ("provider: <reason>: HTTP 422") adds only what follows.
-func (e *PermanentError) text() string {
-	if e.Err == nil {
-		return e.Reason
-	}
-	detail := e.Err.Error()
-	if i := strings.Index(detail, e.Reason); e.Reason != "" && i >= 0 {
-		return e.Reason + detail[i+len(e.Reason):]
-	}
-	return e.Reason + ": " + detail
+// text is the reason and the cause's detail, the reason said once, as
+// once.PermanentError.Text says it.
+func (e *PermanentError) text() string { return e.marked().Text() }
+
+// marked is e as once marks a permanent failure.
+func (e *PermanentError) marked() *once.PermanentError {
+	return &once.PermanentError{Reason: e.Reason, Err: e.Err}
 }
 
-// Unwrap returns the underlying error marked as once marks it (a
-// *once.PermanentError around Err, or around the reason when there is no
-// Err): one notion of permanent, so once.IsPermanent holds for it too.
-func (e *PermanentError) Unwrap() error {
-	err := e.Err
-	if err == nil {
-		err = errors.New(e.Reason)
-	}
-	return &once.PermanentError{Err: err}
-}
+// Unwrap returns e marked as once marks a permanent failure (a
+// *once.PermanentError with the same Reason and Err): one notion of
+// permanent, so once.IsPermanent holds for it too.
+func (e *PermanentError) Unwrap() error { return e.marked() }
 
-// Permanent returns an error that dead-letters the message with reason.
+// Permanent returns an error that dead-letters the message with reason and
+// the underlying error err (either may be empty): the same shape as
+// once.Permanent, worker.Permanent("card declined", err).
 func Permanent(reason string, err error) error {
 	return &PermanentError{Reason: reason, Err: err}
 }
@@ -228,7 +221,7 @@ func reason(err error, code string) string {
 			code = pe.Code
 		}
 	case errors.As(err, &ope):
-		text = ope.Err.Error()
+		text = ope.Text()
 	}
 	if strings.HasPrefix(text, code+": ") {
 		return text
@@ -238,7 +231,7 @@ func reason(err error, code string) string {
 
 // ErrConfig marks a configuration the worker refuses to start with; the
 // binary exits with status 2 on it.
-var ErrConfig = errors.New("worker: bad configuration")
+var ErrConfig = setting.ErrConfig
 
 // ErrShutdownTimeout is returned by a transport's Run when in-flight work
 // had not ended within its shutdown timeout of its context's end, even

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/claimfirst/claimfirst/keyexpr"
@@ -29,23 +28,18 @@ func KeyFromJMESPath(c keyexpr.Config) (Decoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return JMESPathDecoder{Expr: e}, nil
+	return jmespathDecoder{expr: e}, nil
 }
 
-// JMESPathDecoder is the Decoder KeyFromJMESPath returns, for an Expr
-// compiled already.
-type JMESPathDecoder struct {
-	// Expr finds the key and fingerprint. Required.
-	Expr *keyexpr.Expr
+// jmespathDecoder is the Decoder KeyFromJMESPath returns.
+type jmespathDecoder struct {
+	expr *keyexpr.Expr // finds the key and fingerprint
 }
 
 // Decode implements Decoder.
-func (d JMESPathDecoder) Decode(m *Message) error {
-	if d.Expr == nil {
-		return errors.New("worker: JMESPathDecoder without an Expr")
-	}
+func (d jmespathDecoder) Decode(m *Message) error {
 	var doc any
-	x, err := d.Expr.ExtractInput(KeyInput(m), &doc)
+	x, err := d.expr.ExtractInput(KeyInput(m), &doc)
 	if err != nil {
 		return Permanent("no idempotency key", err)
 	}

@@ -9,13 +9,13 @@ import (
 
 // Outcome is what the worker did with a delivery: the label of
 // claimfirst_messages_total{outcome=...}, the name of its EMF metric, and
-// the "outcome" attribute (LogKeyOutcome) of the log line that says it.
+// the "outcome" attribute of the log line that says it.
 // Each is counted and logged together (Metrics.record), so a count never
 // happens without its line.
 type Outcome string
 
-// LogKeyOutcome is the log attribute that names a delivery's outcome.
-const LogKeyOutcome = "outcome"
+// logKeyOutcome is the log attribute that names a delivery's outcome.
+const logKeyOutcome = "outcome"
 
 // The outcomes.
 const (
@@ -52,7 +52,15 @@ var outcomes = []Outcome{
 	OutcomeKeyReused, OutcomeSkipped, OutcomeClockSkew,
 }
 
-// Metrics are the worker's Prometheus metrics.
+// Metrics are the worker's Prometheus metrics. A program makes them with
+// NewMetrics and hands them to its transport; the methods are for the two
+// others who need them. A transport (sqsworker, kafkaworker, rabbitworker,
+// or a user's own outside this module) counts what it does itself with
+// Record, RecordN, Received, DroppedAttribute, and SQS's DeleteBatch,
+// GroupBlocked and Heartbeats, kept here so that one Metrics serves every
+// transport in one registry. A test reads counters as numbers with Count,
+// Replays, Takeovers and ResultsNotStored (the registry has the same).
+// KnownDependencies is for a program whose handler names dependencies.
 type Metrics struct {
 	messages      *prometheus.CounterVec
 	handlerTime   prometheus.Histogram
@@ -184,7 +192,7 @@ func (m *Metrics) KnownDependencies(names ...string) {
 }
 
 // record counts one delivery's outcome o and writes the line that says it,
-// at level, with o as its LogKeyOutcome attribute.
+// at level, with o as its logKeyOutcome attribute.
 func (m *Metrics) record(log *slog.Logger, level slog.Level, o Outcome, msg string, attrs ...any) {
 	m.recordN(log, level, o, 1, msg, attrs...)
 }
@@ -193,7 +201,7 @@ func (m *Metrics) record(log *slog.Logger, level slog.Level, o Outcome, msg stri
 // messages), which says how many.
 func (m *Metrics) recordN(log *slog.Logger, level slog.Level, o Outcome, n int, msg string, attrs ...any) {
 	m.messages.WithLabelValues(string(o)).Add(float64(n))
-	head := []any{slog.String(LogKeyOutcome, string(o))}
+	head := []any{slog.String(logKeyOutcome, string(o))}
 	if n != 1 {
 		head = append(head, slog.Int("messages", n))
 	}

@@ -99,7 +99,8 @@ func TestReasonSaysItOnce(t *testing.T) {
 		{Permanent("invalid payment message", errors.New("payment: unknown field \"x\"")),
 			"permanent: invalid payment message: payment: unknown field \"x\""},
 		{Permanentf("no key"), "permanent: no key"},
-		{once.Permanent(errors.New("no key")), "permanent: no key"},
+		{once.Permanent("", errors.New("no key")), "permanent: no key"},
+		{once.Permanent("invalid card", errors.New("provider: invalid card: HTTP 422")), "permanent: invalid card: HTTP 422"},
 		{Permanentf("permanent: said once"), "permanent: said once"},
 	}
 	for _, tc := range cases {

@@ -17,7 +17,7 @@ func TestOnePermanent(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"once.Permanent", once.Permanent(cause)},
+		{"once.Permanent", once.Permanent("invalid card", cause)},
 		{"worker.Permanent", worker.Permanent("invalid card", cause)},
 		{"worker.Permanentf", worker.Permanentf("invalid card %d", 4)},
 	} {

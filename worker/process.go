@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/once"
 	"github.com/claimfirst/claimfirst/origin"
 )
@@ -199,18 +200,18 @@ func NewEngine(p Protocol, o EngineOptions) (*Engine, error) {
 	p.setDefaults()
 	var errs []error
 	if p.Store == nil {
-		errs = append(errs, &FieldError{Field: "Store", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Store", Problem: "is required"})
 	}
 	if p.Handler == nil {
-		errs = append(errs, &FieldError{Field: "Handler", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Handler", Problem: "is required"})
 	}
 	if p.Retention <= 0 {
-		errs = append(errs, &FieldError{Field: "Retention", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Retention", Problem: "is required"})
 	}
 	if p.MaxRetryBackoff < p.MinRetryBackoff {
 		errs = append(errs, fieldErr("MaxRetryBackoff", p.MaxRetryBackoff, "must not be less than MinRetryBackoff %s", p.MinRetryBackoff))
 	}
-	if err := joinConfig(errs); err != nil {
+	if err := setting.Join(errs...); err != nil {
 		return nil, err
 	}
 	return p.engine(p.Logger, o), nil

@@ -81,7 +81,8 @@ func (m *Metrics) Replays(source string) int64 {
 type ValueHandler[T any] struct {
 	// Func does the message's work. Required.
 	Func func(ctx context.Context, m *Message) (T, error)
-	// Codec encodes the result. Defaults to once.JSONCodec.
+	// Codec encodes the result, as once.Options.Codec does for
+	// once.RunValue: the same field in both. Defaults to once.JSONCodec.
 	Codec once.Codec
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/redrive"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
@@ -94,7 +95,7 @@ With -dry-run they count what that move would take and leave.
 		return err
 	}
 	api := sqs.NewFromConfig(cfg)
-	q, err := sqsworker.ReadQueue(ctx, api, *queueURL)
+	q, err := queue.Read(ctx, api, *queueURL)
 	if err != nil {
 		return fmt.Errorf("redrive: %w", err)
 	}

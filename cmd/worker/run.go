@@ -20,6 +20,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/origin"
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
@@ -228,7 +229,7 @@ func readableDurations(_ []string, a slog.Attr) slog.Attr {
 // startError turns the worker's refusal to start into a usage error (exit
 // 2) naming the setting; other errors pass through.
 func startError(err error) error {
-	var re *sqsworker.RetentionError
+	var re *queue.RetentionError
 	switch {
 	case errors.As(err, &re):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
@@ -93,7 +94,7 @@ func defineWorkerSettings(s *settings) func(*sqsworker.Config) {
 // set by the binary itself, keep the field's name), as one usage error;
 // err is the library's ErrConfig.
 func reword(err error) error {
-	fes := worker.FieldErrors(err)
+	fes := setting.Errors(err)
 	if len(fes) == 0 {
 		return usagef("%v", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -175,34 +176,34 @@ func (c *Config) setDefaults() {
 // CheckSettings validates c's settings (not its clients: Store, Handler)
 // with their defaults, as New does before it connects, and without
 // connecting: the binary checks its flags and environment with it. The
-// errors are worker.FieldErrors under worker.ErrConfig.
+// errors are under worker.ErrConfig, one per field.
 func (c Config) CheckSettings() error {
 	c.setDefaults()
-	return joinConfig(c.settingErrs())
+	return setting.Join(c.settingErrs()...)
 }
 
 func (c *Config) validate() error {
 	var errs []error
 	if c.Store == nil {
-		errs = append(errs, &worker.FieldError{Field: "Store", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Store", Problem: "is required"})
 	}
 	if c.Handler == nil {
-		errs = append(errs, &worker.FieldError{Field: "Handler", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Handler", Problem: "is required"})
 	}
-	return joinConfig(append(errs, c.settingErrs()...))
+	return setting.Join(append(errs, c.settingErrs()...)...)
 }
 
 // settingErrs are c's bad settings, defaults applied.
 func (c *Config) settingErrs() []error {
 	var errs []error
 	if len(c.Brokers) == 0 {
-		errs = append(errs, &worker.FieldError{Field: "Brokers", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Brokers", Problem: "is required"})
 	}
 	if c.Topic == "" {
-		errs = append(errs, &worker.FieldError{Field: "Topic", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Topic", Problem: "is required"})
 	}
 	if c.Group == "" {
-		errs = append(errs, &worker.FieldError{Field: "Group", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Group", Problem: "is required"})
 	}
 	if c.Topic != "" && c.DeadLetterTopic == c.Topic {
 		errs = append(errs, fieldErr("DeadLetterTopic", c.DeadLetterTopic, "must not be Topic"))
@@ -263,13 +264,6 @@ func (c *Config) MinRetention(topicRetention time.Duration) time.Duration {
 // Retention was not set explicitly.
 var ErrRetention = errors.New("kafkaworker: claim retention too short for the topic")
 
-func fieldErr(field string, value any, format string, args ...any) *worker.FieldError {
-	return &worker.FieldError{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
-}
-
-func joinConfig(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", worker.ErrConfig, errors.Join(errs...))
+func fieldErr(field string, value any, format string, args ...any) *setting.Error {
+	return &setting.Error{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
 }

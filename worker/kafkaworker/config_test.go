@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 	"github.com/claimfirst/claimfirst/worker/kafkaworker"
 )
@@ -31,7 +32,7 @@ func TestCheckSettings(t *testing.T) {
 			tc.edit(&c)
 			err := c.CheckSettings()
 			var got []string
-			for _, fe := range worker.FieldErrors(err) {
+			for _, fe := range setting.Errors(err) {
 				got = append(got, fe.Field)
 			}
 			if !slices.Equal(got, tc.fields) {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -153,15 +154,15 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	var errs []error
 	bad := func(field string, value any, format string, args ...any) {
-		errs = append(errs, &worker.FieldError{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)})
+		errs = append(errs, &setting.Error{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)})
 	}
 	if c.URL == "" {
-		errs = append(errs, &worker.FieldError{Field: "URL", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "URL", Problem: "is required"})
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
 		bad("URL", redact(c.URL), "must be an amqp:// or amqps:// URL")
 	}
 	if c.Queue == "" {
-		errs = append(errs, &worker.FieldError{Field: "Queue", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Queue", Problem: "is required"})
 	}
 	if c.DeadLetterQueue != "" && c.DeadLetterQueue == c.Queue {
 		bad("DeadLetterQueue", c.DeadLetterQueue, "must not be the queue itself")
@@ -198,7 +199,7 @@ func (c *Config) validate() error {
 		bad("MaxReconnect", c.MaxReconnect, "must be at least MinReconnect %s, which must be positive", c.MinReconnect)
 	}
 	if c.Retention <= 0 {
-		errs = append(errs, &worker.FieldError{Field: "Retention", Problem: "is required: the broker does not say how long it keeps a message; at least the longest a message may wait in the queue"})
+		errs = append(errs, &setting.Error{Field: "Retention", Problem: "is required: the broker does not say how long it keeps a message; at least the longest a message may wait in the queue"})
 	}
 	if len(errs) == 0 {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -45,7 +46,7 @@ func TestConfigRefuses(t *testing.T) {
 				t.Fatalf("New: %v, want ErrConfig", err)
 			}
 			var names []string
-			for _, fe := range worker.FieldErrors(err) {
+			for _, fe := range setting.Errors(err) {
 				names = append(names, fe.Field)
 			}
 			if !strings.Contains(strings.Join(names, ","), tc.field) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -157,31 +158,31 @@ func (c *Config) holdBeforeClaim(q QueueInfo) time.Duration {
 func (c *Config) validate() error {
 	var errs []error
 	if c.SQS == nil {
-		errs = append(errs, &worker.FieldError{Field: "SQS", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "SQS", Problem: "is required"})
 	}
 	if c.Store == nil {
-		errs = append(errs, &worker.FieldError{Field: "Store", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Store", Problem: "is required"})
 	}
 	if c.Handler == nil {
-		errs = append(errs, &worker.FieldError{Field: "Handler", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Handler", Problem: "is required"})
 	}
-	return worker.ConfigErrors(append(errs, c.settingErrs()...)...)
+	return setting.Join(append(errs, c.settingErrs()...)...)
 }
 
 // CheckSettings validates c's settings (not its clients: SQS, Store,
 // Handler) with their defaults, as New does before it reads the queue, and
 // without reading it: the binary checks its flags and environment with it
-// before it connects to anything. The errors are FieldErrors under worker.ErrConfig.
+// before it connects to anything. The errors are under worker.ErrConfig, one per field.
 func (c Config) CheckSettings() error {
 	c.setDefaults()
-	return worker.ConfigErrors(c.settingErrs()...)
+	return setting.Join(c.settingErrs()...)
 }
 
 // settingErrs are c's bad settings, defaults applied.
 func (c *Config) settingErrs() []error {
 	var errs []error
 	if c.QueueURL == "" {
-		errs = append(errs, &worker.FieldError{Field: "QueueURL", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "QueueURL", Problem: "is required"})
 	}
 	if c.VisibilityTimeout != 0 {
 		errs = append(errs, visibilityErrs(c.VisibilityTimeout)...)
@@ -239,9 +240,9 @@ func (c *Config) validateLease() error {
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= v-c.LeaseMargin {
 		errs = append(errs, fieldErr("HeartbeatInterval", c.HeartbeatInterval, "must be positive and shorter than VisibilityTimeout minus LeaseMargin (%s)", v-c.LeaseMargin))
 	}
-	return worker.ConfigErrors(errs...)
+	return setting.Join(errs...)
 }
 
-func fieldErr(field string, value any, format string, args ...any) *worker.FieldError {
-	return &worker.FieldError{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
+func fieldErr(field string, value any, format string, args ...any) *setting.Error {
+	return &setting.Error{Field: field, Value: value, Problem: fmt.Sprintf(format, args...)}
 }

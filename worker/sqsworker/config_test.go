@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -50,16 +51,16 @@ func TestRetentionCheck(t *testing.T) {
 		{DefaultRetention(q), true},
 	}
 	for _, tc := range cases {
-		err := CheckRetention(tc.retention, q, skew, hold)
+		err := checkRetention(tc.retention, q, skew, hold)
 		if tc.ok {
 			if err != nil {
-				t.Errorf("CheckRetention(%s) = %v, want nil", tc.retention, err)
+				t.Errorf("checkRetention(%s) = %v, want nil", tc.retention, err)
 			}
 			continue
 		}
-		var re *RetentionError
+		var re *queue.RetentionError
 		if !errors.Is(err, worker.ErrConfig) || !errors.As(err, &re) || re.Min != low {
-			t.Fatalf("CheckRetention(%s) = %v, want a RetentionError with minimum %s", tc.retention, err, low)
+			t.Fatalf("checkRetention(%s) = %v, want a RetentionError with minimum %s", tc.retention, err, low)
 		}
 		for _, want := range []string{tc.retention.String(), low.String(), "96h0m0s", "345600", "2s", hold.String()} {
 			if !strings.Contains(err.Error(), want) {

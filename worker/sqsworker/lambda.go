@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/claimfirst/claimfirst/internal/queue"
+	"github.com/claimfirst/claimfirst/internal/setting"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -79,25 +81,25 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	cfg.SetDefaults()
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, &worker.FieldError{Field: "Store", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Store", Problem: "is required"})
 	}
 	if cfg.Handler == nil {
-		errs = append(errs, &worker.FieldError{Field: "Handler", Problem: "is required"})
+		errs = append(errs, &setting.Error{Field: "Handler", Problem: "is required"})
 	}
 	if cfg.Concurrency < 1 || cfg.Concurrency > worker.MaxConcurrency {
 		errs = append(errs, fieldErr("Concurrency", cfg.Concurrency, "must be 1 to %d", worker.MaxConcurrency))
 	}
 	if cfg.QueueURL != "" && cfg.SQS == nil {
-		errs = append(errs, &worker.FieldError{Field: "SQS", Problem: "is required with QueueURL"})
+		errs = append(errs, &setting.Error{Field: "SQS", Problem: "is required with QueueURL"})
 	}
 	if cfg.QueueURL == "" && cfg.Retention <= 0 {
-		errs = append(errs, &worker.FieldError{Field: "Retention", Problem: "is required when QueueURL is not set (it cannot be checked against the queue)"})
+		errs = append(errs, &setting.Error{Field: "Retention", Problem: "is required when QueueURL is not set (it cannot be checked against the queue)"})
 	}
 	if cfg.ClockSkewMax >= cfg.LeaseMargin {
 		errs = append(errs, fieldErr("ClockSkewMax", cfg.ClockSkewMax, "must be less than LeaseMargin %s, which covers it", cfg.LeaseMargin))
 	}
 	errs = append(errs, cfg.SettingErrors()...)
-	if err := worker.ConfigErrors(errs...); err != nil {
+	if err := setting.Join(errs...); err != nil {
 		return nil, err
 	}
 	if err := worker.CheckStore(ctx, cfg.Store); err != nil {
@@ -108,7 +110,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 	if cfg.QueueURL != "" {
 		skew = worker.NewClockCheck(cfg.ClockSkewMax, cfg.Now, cfg.Metrics, cfg.Logger.With(slog.String("queue_url", cfg.QueueURL)))
 		cfg.SQS = measureSQS(skew, cfg.Now, cfg.SQS)
-		q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
+		q, err := queue.Read(ctx, cfg.SQS, cfg.QueueURL)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
@@ -117,7 +119,7 @@ func NewLambda(ctx context.Context, cfg LambdaConfig) (*Lambda, error) {
 		}
 		// A record is claimed within its invocation, which lasts at most
 		// Lambda's longest timeout.
-		if err := CheckRetention(cfg.Retention, q, lambdaClockBound(cfg.ClockSkewMax, cfg.LeaseMargin), lambdaMaxTimeout); err != nil {
+		if err := checkRetention(cfg.Retention, q, lambdaClockBound(cfg.ClockSkewMax, cfg.LeaseMargin), lambdaMaxTimeout); err != nil {
 			return nil, err
 		}
 		l.queue = q

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/origin"
 
 	"github.com/claimfirst/claimfirst/worker"
@@ -43,7 +44,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := worker.CheckStore(ctx, cfg.Store); err != nil {
 		return nil, err
 	}
-	q, err := ReadQueue(ctx, cfg.SQS, cfg.QueueURL)
+	q, err := queue.Read(ctx, cfg.SQS, cfg.QueueURL)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -52,7 +53,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := cfg.validateLease(); err != nil {
 		return nil, err
 	}
-	if err := CheckRetention(cfg.Retention, q, cfg.clockBound(), cfg.holdBeforeClaim(q)); err != nil {
+	if err := checkRetention(cfg.Retention, q, cfg.clockBound(), cfg.holdBeforeClaim(q)); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With(slog.String("queue_url", cfg.QueueURL), slog.String("owner", cfg.Owner))
