@@ -106,7 +106,7 @@ func TestQuickStartInFreshModule(t *testing.T) {
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-exited
+			t.Logf("the program, killed at the end: %v", <-exited)
 		}
 	})
 

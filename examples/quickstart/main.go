@@ -110,7 +110,7 @@ func charge(ctx context.Context, url, key string, p payment) (string, error) {
 		return out.ID, nil // stored with the completed claim
 	case resp.StatusCode == http.StatusPaymentRequired:
 		return "declined", nil // an outcome: complete the claim with it
-	case resp.StatusCode >= 500 || resp.StatusCode == 409 || resp.StatusCode == 429:
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusTooManyRequests:
 		return "", worker.Dependency("provider", fmt.Errorf("provider: %s", resp.Status))
 	default:
 		return "", worker.Permanent("provider refused", fmt.Errorf("provider: %s", resp.Status))
