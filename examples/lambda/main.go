@@ -39,7 +39,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// JSON logs for CloudWatch, durations written "30s", not in nanoseconds.
+	// JSON logs, durations as "30s", not nanoseconds.
 	logger := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		if a.Value.Kind() == slog.KindDuration {
 			a.Value = slog.StringValue(a.Value.Duration().String())
@@ -47,9 +47,7 @@ func main() {
 		return a
 	}}))
 	l, err := sqsworker.NewLambda(ctx, sqsworker.LambdaConfig{
-		// With the queue, poison goes to its dead-letter queue at once and
-		// retention defaults from the queue's.
-		QueueURL: os.Getenv("QUEUE_URL"),
+		QueueURL: os.Getenv("QUEUE_URL"), // poison to its DLQ at once; retention from the queue's
 		SQS:      sqs.NewFromConfig(cfg),
 		Protocol: worker.Protocol{
 			Store: store, Decoder: dec, Logger: logger,

@@ -40,8 +40,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	// The claim table (claimstore/postgres/schema/v1.sql; `worker setup
-	// -postgres` runs it too) and the business table, idempotently.
+	// The claim table (as `worker setup -postgres` does) and the entries.
 	if err := postgres.CreateSchema(ctx, pool, "claims"); err != nil {
 		return err
 	}
@@ -52,8 +51,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// PostgreSQL has no TTL: delete expired claims every minute (the
-	// binary's CLAIM_SWEEP_INTERVAL).
+	// No TTL here: delete expired claims every minute (CLAIM_SWEEP_INTERVAL).
 	go store.SweepEvery(ctx, time.Minute, postgres.SweepParams{}, slog.Default())
 	dec, err := worker.KeyFromJMESPath(keyexpr.Config{Key: "entry_id"}) // {"entry_id": "e_1", ...}
 	if err != nil {
@@ -82,5 +80,5 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx) // returns once ctx ends (SIGTERM) and the handlers in flight are done
+	return w.Run(ctx) // returns when ctx ends (SIGTERM) and the handlers in flight finish, within ShutdownTimeout
 }

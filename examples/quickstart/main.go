@@ -1,7 +1,5 @@
 // Command quickstart charges each payment on an SQS queue once, however
-// often SQS delivers it: the README's quick start, a complete program.
-//
-//	QUEUE_URL=... CLAIM_TABLE=claims PROVIDER_URL=http://127.0.0.1:8080 go run .
+// often SQS delivers it: the README's quick start.
 package main
 
 import (
@@ -27,8 +25,7 @@ import (
 )
 
 func main() {
-	// SIGTERM (docker stop, Kubernetes, ECS) or Ctrl-C ends ctx: Run then
-	// stops receiving, lets the handlers in flight finish and returns.
+	// SIGTERM (docker stop, Kubernetes) or Ctrl-C ends ctx, and so Run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
@@ -61,12 +58,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// /metrics (Prometheus), /healthz and /readyz.
 	srv := &http.Server{Addr: cmp.Or(os.Getenv("METRICS_ADDR"), "127.0.0.1:9090"),
-		Handler: w.HTTPHandler(nil), ReadHeaderTimeout: 5 * time.Second}
+		Handler: w.HTTPHandler(nil), ReadHeaderTimeout: 5 * time.Second} // /metrics, /healthz, /readyz
 	go func() { log.Print(srv.ListenAndServe()) }()
 	defer srv.Close()
-	return w.Run(ctx) // returns once ctx ends (SIGTERM) and the handlers in flight are done
+	return w.Run(ctx) // returns when ctx ends (SIGTERM) and the handlers in flight finish, within ShutdownTimeout
 }
 
 type payment struct {
@@ -75,22 +71,20 @@ type payment struct {
 	Currency string `json:"currency"`
 }
 
-// decodePayment keys a message by its payment id, a business key: a
-// producer's retry is a new SQS message with the same payment id. An error
-// makes the message poison: it is dead-lettered at once, with the reason.
+// decodePayment keys a message by its payment id (a producer's retry is a
+// new message, the same payment). An error dead-letters the message at once.
 func decodePayment(m *worker.Message) error {
 	var p payment
 	if err := json.Unmarshal([]byte(m.Body), &p); err != nil || p.ID == "" || p.Amount <= 0 {
 		return fmt.Errorf("not a payment: %q", m.Body)
 	}
 	m.Key, m.Payload = p.ID, p
-	// Another payment under a used key is key reuse, dead-lettered.
-	m.Fingerprint = fmt.Sprintf("%d %s", p.Amount, p.Currency)
+	m.Fingerprint = fmt.Sprintf("%d %s", p.Amount, p.Currency) // another payment under a used key: dead-lettered
 	return nil
 }
 
-// charge forwards the key as Idempotency-Key, so that a charge whose answer
-// was lost, retried, is not charged twice by the provider either.
+// charge forwards the key, so that a retried charge whose answer was lost
+// is not charged twice by the provider either.
 func charge(ctx context.Context, url, key string, p payment) (string, error) {
 	body, _ := json.Marshal(p)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/charges", bytes.NewReader(body))
