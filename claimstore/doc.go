@@ -17,15 +17,24 @@
 // overwriting the new holder's state. A row whose ExpiresAt has passed counts
 // as absent, whatever its state, because TTL deletion lags.
 //
-// Store is the contract. Package memory implements it in process (tests, the
-// demo); package dynamo implements it on a DynamoDB table; package
-// claimstoretest holds the conformance suite both pass.
+// Store is the contract; the packages under claimstore are its stores and
+// their tools:
+//
+//   - memory: the Store in one process (tests, the demo, the simulator).
+//   - dynamo: the Store on a DynamoDB table, one conditional write per
+//     operation.
+//   - postgres: the Store on a PostgreSQL table, the database's clock
+//     deciding, with a sweeper for expired rows in place of a TTL.
+//   - cache: not a store of its own but a bounded cache of completed keys
+//     in front of any Store, answering duplicates without a request.
+//   - claimstoretest: the conformance suite every Store passes (memory,
+//     dynamo, postgres, and cache in front of them); run it on yours.
 //
 // TxCompleter is an optional capability: a store that can commit a caller's
 // own writes in one transaction with a completion, fenced by the claim's
-// condition (package dynamo, with TransactWriteItems). CompleteTx uses it, or
-// fails with ErrTxUnsupported (the memory store) rather than complete the
-// claim without the writes.
+// condition (dynamo, with TransactWriteItems; postgres, in one SQL
+// transaction). CompleteTx uses it, or fails with ErrTxUnsupported (the
+// memory store) rather than complete the claim without the writes.
 //
 // # For store authors
 //

@@ -1,5 +1,5 @@
 // Package demo reproduces, with measured numbers, the eight experiments that
-// explain the claim protocol (the README's "Why: the demo"; the protocol
+// explain the claim protocol (the repository's docs/demo.md; the protocol
 // itself is in the repository's docs/protocol.md) and what it must get right
 // around it:
 //

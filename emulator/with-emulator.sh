@@ -4,7 +4,9 @@
 #
 #   emulator/with-emulator.sh go test ./...
 #
-# Without a command it serves in the foreground until interrupted (make emulator).
+# Without a command it serves in the foreground until Ctrl-C (make emulator),
+# or until kill -TERM of the PID it prints when it runs in the background
+# (Ctrl-C does not reach a background job).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
@@ -58,8 +60,8 @@ export CLAIMFIRST_EMULATOR_PID=$pid # benchmarks read its CPU time
 
 if [ "$#" -eq 0 ]; then
 	cat <<MSG
-emulator: SQS and DynamoDB on $AWS_ENDPOINT_URL (pid $pid); Ctrl-C stops it.
-In another shell, paste these lines (the aws CLI v1 ignores AWS_ENDPOINT_URL: pass --endpoint-url "\$AWS_ENDPOINT_URL"):
+emulator: SQS and DynamoDB on $AWS_ENDPOINT_URL (pid $$, moto pid $pid); Ctrl-C or kill -TERM $$ stops it.
+In another shell, paste these lines (the aws CLI v1 ignores AWS_ENDPOINT_URL: pass --endpoint-url "\$AWS_ENDPOINT_URL"; it also needs AWS_DEFAULT_REGION):
   export AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
   export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 MSG

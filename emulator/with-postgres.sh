@@ -9,6 +9,11 @@
 # against it and nothing is started. The server never runs as root (initdb
 # refuses to): run as root, the cluster belongs to the unprivileged user
 # PG_USER (default: postgres if it exists, else nobody).
+#
+# Without a command it serves in the foreground until Ctrl-C (make postgres),
+# or until kill -TERM of the PID it prints when it runs in the background
+# (Ctrl-C does not reach a background job); either way it stops the server
+# and removes the cluster.
 set -euo pipefail
 
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -89,7 +94,7 @@ export CLAIMFIRST_POSTGRES=1
 export CLAIMFIRST_POSTGRES_PID=$pid
 
 if [ "$#" -eq 0 ]; then
-	echo "postgres: $DATABASE_URL (pid $pid); Ctrl-C stops it."
+	echo "postgres: $DATABASE_URL (pid $$, server pid $pid); Ctrl-C or kill -TERM $$ stops it."
 	echo "In another shell: export DATABASE_URL='$DATABASE_URL'"
 	wait "$pid"
 	exit $?

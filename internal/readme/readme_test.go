@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // root is the module's root, where README.md is, relative to this package.
@@ -29,7 +30,7 @@ type snippet struct {
 }
 
 var (
-	markerRE = regexp.MustCompile(`^\s*<!-- snippet: (\S+) (\S+) -->\s*$`)
+	markerRE = regexp.MustCompile(`^\s*<!-- snippet: (\S+)(?: (\S+))? -->\s*$`)
 	fenceRE  = regexp.MustCompile("^\\s*```(\\w*)\\s*$")
 )
 
@@ -59,7 +60,7 @@ func snippets(text string) ([]snippet, error) {
 			mark := ""
 			if lastMark != "" && lastMark == lastSolid {
 				mm := markerRE.FindStringSubmatch(lastMark)
-				mark = mm[1] + " " + mm[2]
+				mark = strings.TrimSpace(mm[1] + " " + mm[2])
 			}
 			cur = &snippet{line: n, marker: mark}
 		case m != nil:
@@ -91,11 +92,14 @@ func normalize(lines []string) []string {
 }
 
 // funcBody returns the lines of the body of function name in the Go file at
-// path (relative to the module's root).
+// path (relative to the module's root), or with name "" the whole file.
 func funcBody(path, name string) ([]string, error) {
 	src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path)))
 	if err != nil {
 		return nil, err
+	}
+	if name == "" {
+		return strings.Split(string(src), "\n"), nil
 	}
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
@@ -143,52 +147,176 @@ func mismatch(snip, body []string) string {
 	return fmt.Sprintf("it follows the function for %d lines, then differs:\n\tREADME:   %s\n\tfunction: %s", best, snip[best], want)
 }
 
-// TestREADMESnippets checks that every Go block of README.md is a copy of
-// the function its marker names, so that the README shows code that
-// compiles and runs as it is written.
-func TestREADMESnippets(t *testing.T) {
-	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+// docs returns the Markdown files whose Go blocks and links are checked:
+// README.md and docs/*.md, relative to the module's root.
+func docs(t *testing.T) []string {
+	t.Helper()
+	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	snips, err := snippets(string(text))
-	if err != nil {
-		t.Fatalf("README.md: %v", err)
-	}
-	if len(snips) == 0 {
-		t.Fatal("README.md has no Go block: the parser or the README changed")
-	}
-	seenUnmarked := map[string]bool{}
-	for _, s := range snips {
-		if s.marker == "" {
-			first := strings.TrimSpace(s.code[0])
-			if _, ok := unmarked[first]; !ok {
-				t.Errorf("README.md:%d: a Go block without a marker: precede it with <!-- snippet: path/file.go Function --> naming the code it copies, or list it in unmarked with the reason", s.line)
-			}
-			seenUnmarked[first] = true
-			continue
-		}
-		path, name, _ := strings.Cut(s.marker, " ")
-		body, err := funcBody(path, name)
+	files := []string{"README.md"}
+	for _, m := range more {
+		rel, err := filepath.Rel(root, m)
 		if err != nil {
-			t.Errorf("README.md:%d: marker %q: %v", s.line, s.marker, err)
-			continue
+			t.Fatal(err)
 		}
-		if msg := mismatch(normalize(s.code), normalize(body)); msg != "" {
-			t.Errorf("README.md:%d: the block is not a copy of %s in %s: %s", s.line, name, path, msg)
+		files = append(files, filepath.ToSlash(rel))
+	}
+	return files
+}
+
+// TestREADMESnippets checks that every Go block of README.md and docs/*.md
+// is a copy of the function its marker names (or of the whole file, for a
+// marker naming a file alone), so that the docs show code that compiles and
+// runs as it is written.
+func TestREADMESnippets(t *testing.T) {
+	seenUnmarked := map[string]bool{}
+	for _, doc := range docs(t) {
+		text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(doc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snips, err := snippets(string(text))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if doc == "README.md" && len(snips) == 0 {
+			t.Fatal("README.md has no Go block: the parser or the README changed")
+		}
+		for _, s := range snips {
+			if s.marker == "" {
+				first := strings.TrimSpace(s.code[0])
+				if _, ok := unmarked[first]; !ok {
+					t.Errorf("%s:%d: a Go block without a marker: precede it with <!-- snippet: path/file.go Function --> naming the code it copies (or <!-- snippet: path/file.go --> for a whole file), or list it in unmarked with the reason", doc, s.line)
+				}
+				seenUnmarked[first] = true
+				continue
+			}
+			path, name, _ := strings.Cut(s.marker, " ")
+			body, err := funcBody(path, name)
+			if err != nil {
+				t.Errorf("%s:%d: marker %q: %v", doc, s.line, s.marker, err)
+				continue
+			}
+			if name == "" {
+				if got, want := normalize(s.code), normalize(body); strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Errorf("%s:%d: the block is not the whole of %s: %s", doc, s.line, path, mismatch(got, want))
+				}
+				continue
+			}
+			if msg := mismatch(normalize(s.code), normalize(body)); msg != "" {
+				t.Errorf("%s:%d: the block is not a copy of %s in %s: %s", doc, s.line, name, path, msg)
+			}
 		}
 	}
 	for first, why := range unmarked {
 		if !seenUnmarked[first] {
-			t.Errorf("unmarked lists a block the README no longer has (%q, %s): remove it", first, why)
+			t.Errorf("unmarked lists a block the docs no longer have (%q, %s): remove it", first, why)
 		}
+	}
+}
+
+var (
+	linkRE    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	headingRE = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+)
+
+// anchors returns the anchors GitHub gives the headings of the Markdown
+// text: lower case, spaces to hyphens, other punctuation dropped, a
+// repeated one numbered from -1.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inFence := false
+	for _, l := range strings.Split(text, "\n") {
+		if fenceRE.MatchString(l) {
+			inFence = !inFence
+			continue
+		}
+		m := headingRE.FindStringSubmatch(l)
+		if inFence || m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// TestDocLinks checks that every relative link of README.md and docs/*.md
+// names a file or directory of the repository, and that a link to a
+// Markdown file's #anchor names one of its headings: a section moved or
+// renamed leaves no dangling link behind.
+func TestDocLinks(t *testing.T) {
+	t.Parallel()
+	for _, doc := range docs(t) {
+		text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(doc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, l := range strings.Split(string(text), "\n") {
+			for _, m := range linkRE.FindAllStringSubmatch(l, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, anchor, _ := strings.Cut(target, "#")
+				file := filepath.Join(root, filepath.FromSlash(doc))
+				if path != "" {
+					file = filepath.Join(filepath.Dir(file), filepath.FromSlash(path))
+				}
+				if _, err := os.Stat(file); err != nil {
+					t.Errorf("%s:%d: link %q: no such file", doc, n+1, target)
+					continue
+				}
+				if anchor == "" || !strings.HasSuffix(file, ".md") {
+					continue
+				}
+				b, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !anchors(string(b))[anchor] {
+					t.Errorf("%s:%d: link %q: no heading with that anchor", doc, n+1, target)
+				}
+			}
+		}
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	t.Parallel()
+	got := anchors("# claimfirst\n## As a container (`worker run`)\n```sh\n# not a heading\n```\n## Shutdown\n### Shutdown\n## FIFO queues, in order\n")
+	for _, want := range []string{"claimfirst", "as-a-container-worker-run", "shutdown", "shutdown-1", "fifo-queues-in-order"} {
+		if !got[want] {
+			t.Errorf("anchors: no %q in %v", want, got)
+		}
+	}
+	if got["not-a-heading"] {
+		t.Errorf("anchors: a comment in a code block taken for a heading")
 	}
 }
 
 func TestSnippetsParse(t *testing.T) {
 	t.Parallel()
 	md := "text\n<!-- snippet: a/b.go F -->\n\n```go\nx := 1\n```\n\n```sh\n```go\n```\n" +
-		"<!-- snippet: a/b.go G -->\nprose between\n```go\ny\n```\n   ```go\n   z\n   ```\n"
+		"<!-- snippet: a/b.go G -->\nprose between\n```go\ny\n```\n   ```go\n   z\n   ```\n" +
+		"<!-- snippet: a/main.go -->\n```go\npackage main\n```\n"
 	got, err := snippets(md)
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +325,7 @@ func TestSnippetsParse(t *testing.T) {
 		{line: 4, marker: "a/b.go F", code: []string{"x := 1"}},
 		{line: 13, marker: "", code: []string{"y"}},
 		{line: 16, marker: "", code: []string{"   z"}},
+		{line: 20, marker: "a/main.go", code: []string{"package main"}},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("snippets =\n%v\nwant\n%v", got, want)

@@ -65,7 +65,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx) // blocks until SIGTERM, then drains
+	return w.Run(ctx) // returns when ctx ends (SIGTERM, in Example) and the handlers in flight finish, within ShutdownTimeout
 }
 
 // The same protocol as a Lambda function: done records are left out of the
