@@ -45,6 +45,10 @@ const benchPartitions = 4
 //     and for each record the claim store's two writes (Acquire, then
 //     Complete) on its offset key, one record after another, then a
 //     synchronous commit of what the poll returned: no transport.
+//   - engine: the floor's loop with the worker's protocol (worker.Engine,
+//     a handler that does nothing) in place of the two writes: what the
+//     protocol costs beyond them, without a transport. Not bounded: it
+//     says how much of the worker's cost is the protocol's.
 //   - worker: the Kafka transport (kafkaworker) at benchConcurrency, its
 //     default offset key, a handler that does nothing, committing every
 //     kafkaBenchCommit.
@@ -60,22 +64,63 @@ const benchPartitions = 4
 func BenchmarkKafka(b *testing.B) {
 	brokers := kafkaBrokers(b)
 	results := map[string]benchResult{}
-	b.Run("floor", func(b *testing.B) { results["floor"] = benchKafka(b, brokers, kafkaFloor) })
+	b.Run("floor", func(b *testing.B) { results["floor"] = benchKafka(b, brokers, kafkaFloor(storeWrites)) })
+	b.Run("engine", func(b *testing.B) { results["engine"] = benchKafka(b, brokers, kafkaFloor(engineWork)) })
 	b.Run("worker", func(b *testing.B) { results["worker"] = benchKafka(b, brokers, kafkaTransport) })
-	transportVerdict(b, "kafka", "records", results["floor"], results["worker"])
+	transportVerdict(b, "kafka", "records", results)
+}
+
+// claimWork is what a floor row does for one message, id its key.
+type claimWork func(ctx context.Context, id, body string) error
+
+// storeWrites is the floor's work: the claim store's two writes.
+func storeWrites(_ *testing.B, store claimstore.Store) claimWork {
+	return func(ctx context.Context, id, _ string) error { return floorClaim(ctx, store, id) }
+}
+
+// engineWork is the engine row's work: the worker's protocol on store,
+// with a handler that does nothing, and the message acked.
+func engineWork(b *testing.B, store claimstore.Store) claimWork {
+	eng, err := worker.NewEngine(worker.Protocol{
+		Store: store, Metrics: worker.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
+		MinRetryBackoff: time.Second, MaxRetryBackoff: time.Minute,
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { return "ok", nil }),
+	}, worker.EngineOptions{System: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const lease = 30 * time.Second
+	extend := func(context.Context) (time.Time, error) { return time.Now().Add(lease), nil }
+	return func(ctx context.Context, id, body string) error {
+		now := time.Now()
+		m := worker.Message{ID: id, Body: body, Attempt: 1, FirstReceived: now}
+		d := eng.Process(ctx, &m, worker.Hold{
+			Until: now.Add(lease), Interval: lease / 3, RenewAt: now.Add(lease / 3), HoldUntil: now.Add(time.Minute), Extend: extend,
+		})
+		if d.Action != worker.Ack {
+			return fmt.Errorf("message %s: action %v", id, d.Action)
+		}
+		return nil
+	}
 }
 
 // transportVerdict prints the rows' rates and CPU and the worker's ratios
 // to the floor's, and fails the benchmark when a bound is broken (not
 // under the race detector, whose numbers mean nothing).
-func transportVerdict(b *testing.B, name, unit string, floor, w benchResult) {
+func transportVerdict(b *testing.B, name, unit string, rows map[string]benchResult) {
+	floor, w := rows["floor"], rows["worker"]
 	if floor.msgsPerSec == 0 || w.msgsPerSec == 0 {
 		return
 	}
+	one := unit[:len(unit)-1]
+	fmt.Printf("\n%-8s %10s %9s %13s %9s %16s\n", name, unit+"/s", "x floor", "cpu-µs/"+one, "x floor", "broker-µs/"+one)
+	for _, n := range []string{"floor", "engine", "worker"} {
+		if r, ok := rows[n]; ok && r.msgsPerSec > 0 {
+			fmt.Printf("%-8s %10.0f %9.2f %13.1f %9.2f %16.1f\n", n, r.msgsPerSec, r.msgsPerSec/floor.msgsPerSec, r.cpuPerMsg, r.cpuPerMsg/floor.cpuPerMsg, r.emuPerMsg)
+		}
+	}
 	rate, cpu := w.msgsPerSec/floor.msgsPerSec, w.cpuPerMsg/floor.cpuPerMsg
-	fmt.Printf("\n%s: floor %.0f %s/s %.1f cpu-µs/%s, worker %.0f %s/s %.1f cpu-µs/%s (broker %.1f and %.1f µs/%s): worker x%.2f the floor's CPU, %.2f of its rate\n",
-		name, floor.msgsPerSec, unit, floor.cpuPerMsg, unit[:len(unit)-1], w.msgsPerSec, unit, w.cpuPerMsg, unit[:len(unit)-1],
-		floor.emuPerMsg, w.emuPerMsg, unit[:len(unit)-1], cpu, rate)
+	fmt.Printf("%s: worker x%.2f the floor's CPU, %.2f of its rate\n", name, cpu, rate)
 	if raceEnabled {
 		return
 	}
@@ -83,7 +128,7 @@ func transportVerdict(b *testing.B, name, unit string, floor, w benchResult) {
 		b.Errorf("%s: the worker's rate is %.2f of the floor's, below %.2f", name, rate, transportMinRate)
 	}
 	if cpu > transportMaxCPU {
-		b.Errorf("%s: the worker's CPU per %s is x%.2f the floor's, above x%.2f", name, unit[:len(unit)-1], cpu, transportMaxCPU)
+		b.Errorf("%s: the worker's CPU per %s is x%.2f the floor's, above x%.2f", name, one, cpu, transportMaxCPU)
 	}
 }
 
@@ -196,36 +241,40 @@ func kafkaBenchProduce(b *testing.B, brokers []string, topic string, n int) map[
 	return ends
 }
 
-// kafkaFloor is the floor: kgo, autocommit off, each polled record's two
-// store writes in turn, then a synchronous commit of the poll.
-func kafkaFloor(b *testing.B, brokers []string, topic, group string, store claimstore.Store, n int, joined kgo.Opt) func() {
-	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(time.Second), joined)
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := 0
-	for done < n {
-		fs := cl.PollRecords(ctx, benchConcurrency*64)
-		if err := fs.Err0(); err != nil {
+// kafkaFloor is the floor's consumer with work for each record: kgo,
+// autocommit off, each polled record's work in turn, then a synchronous
+// commit of the poll.
+func kafkaFloor(work func(*testing.B, claimstore.Store) claimWork) kafkaConsume {
+	return func(b *testing.B, brokers []string, topic, group string, store claimstore.Store, n int, joined kgo.Opt) func() {
+		ctx := context.Background()
+		do := work(b, store)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(time.Second), joined)
+		if err != nil {
 			b.Fatal(err)
 		}
-		var rerr error
-		fs.EachRecord(func(r *kgo.Record) {
-			if rerr == nil {
-				rerr = floorClaim(ctx, store, fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
+		done := 0
+		for done < n {
+			fs := cl.PollRecords(ctx, benchConcurrency*64)
+			if err := fs.Err0(); err != nil {
+				b.Fatal(err)
 			}
-			done++
-		})
-		if rerr != nil {
-			b.Fatal(rerr)
+			var rerr error
+			fs.EachRecord(func(r *kgo.Record) {
+				if rerr == nil {
+					rerr = do(ctx, fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), string(r.Value))
+				}
+				done++
+			})
+			if rerr != nil {
+				b.Fatal(rerr)
+			}
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-			b.Fatal(err)
-		}
+		return cl.Close
 	}
-	return cl.Close
 }
 
 // floorClaim is the store's two writes for one message: an Acquire, then

@@ -31,6 +31,9 @@ import (
 //     benchConcurrency, for each delivery the claim store's two writes
 //     (Acquire, then Complete) on its message id, then its ack, one
 //     delivery after another: no transport.
+//   - engine: the floor's loop with the worker's protocol (worker.Engine,
+//     a handler that does nothing) in place of the two writes: what the
+//     protocol costs beyond them, without a transport. Not bounded.
 //   - worker: the RabbitMQ transport (rabbitworker) at benchConcurrency
 //     (its prefetch too), its default message-id key, a handler that does
 //     nothing.
@@ -46,9 +49,10 @@ import (
 func BenchmarkRabbit(b *testing.B) {
 	u := amqpURL(b)
 	results := map[string]benchResult{}
-	b.Run("floor", func(b *testing.B) { results["floor"] = benchRabbit(b, u, rabbitFloor) })
+	b.Run("floor", func(b *testing.B) { results["floor"] = benchRabbit(b, u, rabbitFloor(storeWrites)) })
+	b.Run("engine", func(b *testing.B) { results["engine"] = benchRabbit(b, u, rabbitFloor(engineWork)) })
 	b.Run("worker", func(b *testing.B) { results["worker"] = benchRabbit(b, u, rabbitTransport) })
-	transportVerdict(b, "rabbitmq", "messages", results["floor"], results["worker"])
+	transportVerdict(b, "rabbitmq", "messages", results)
 }
 
 // rabbitConsume consumes queue with the claims in store until all n
@@ -127,38 +131,42 @@ func rabbitBenchPublish(b *testing.B, url, queue string, n int) *amqp.Connection
 	return conn
 }
 
-// rabbitFloor is the floor: amqp091, manual acks at prefetch
-// benchConcurrency, each delivery's two store writes, then its ack.
-func rabbitFloor(b *testing.B, url, queue string, store claimstore.Store, n int) func() {
-	ctx := context.Background()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.Qos(benchConcurrency, 0, false); err != nil {
-		b.Fatal(err)
-	}
-	ds, err := ch.Consume(queue, "floor", false, false, false, false, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for range n {
-		d, ok := <-ds
-		if !ok {
-			b.Fatal("the delivery channel closed")
-		}
-		if err := floorClaim(ctx, store, d.MessageId); err != nil {
+// rabbitFloor is the floor's consumer with work for each delivery:
+// amqp091, manual acks at prefetch benchConcurrency, each delivery's work,
+// then its ack.
+func rabbitFloor(work func(*testing.B, claimstore.Store) claimWork) rabbitConsume {
+	return func(b *testing.B, url, queue string, store claimstore.Store, n int) func() {
+		ctx := context.Background()
+		do := work(b, store)
+		conn, err := amqp.Dial(url)
+		if err != nil {
 			b.Fatal(err)
 		}
-		if err := d.Ack(false); err != nil {
+		ch, err := conn.Channel()
+		if err != nil {
 			b.Fatal(err)
 		}
+		if err := ch.Qos(benchConcurrency, 0, false); err != nil {
+			b.Fatal(err)
+		}
+		ds, err := ch.Consume(queue, "floor", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range n {
+			d, ok := <-ds
+			if !ok {
+				b.Fatal("the delivery channel closed")
+			}
+			if err := do(ctx, d.MessageId, string(d.Body)); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return func() { _ = conn.Close() }
 	}
-	return func() { _ = conn.Close() }
 }
 
 // rabbitTransport runs the RabbitMQ transport until it has completed n
