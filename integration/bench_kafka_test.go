@@ -174,7 +174,10 @@ func benchKafka(b *testing.B, brokers []string, consume kafkaConsume) benchResul
 	hook := &joinHook{joined: func() { m.Store(startTransportMeter(b, os.Getenv("CLAIMFIRST_KAFKA_PID"))) }}
 	stop := consume(b, brokers, topic, group, memory.New(memory.Config{}), b.N, kgo.WithHooks(hook))
 	// consume returned: every record is processed; now the commits.
-	for !kafkaCommitted(ctx, b, admin, group, topic, ends) {
+	for giveUp := time.Now().Add(time.Minute); !kafkaCommitted(ctx, b, admin, group, topic, ends); {
+		if time.Now().After(giveUp) {
+			b.Fatalf("every record processed, and the group's commits short of the end offsets %v a minute later", ends)
+		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	r := m.Load().stop(b)
