@@ -50,7 +50,7 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
 
 .PHONY: bench
-bench: ## Measure requests and CPU per message: the protocol alone, then a worker against the emulator.
+bench: ## Measure requests and CPU per message: the protocol alone, a worker against the emulator, the Kafka and RabbitMQ transports against their floors.
 	$(GO) test -run '^$$' -bench BenchmarkProcess -benchtime 20000x ./worker/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkWorker -benchtime 1000x ./integration/
 	$(EMULATOR) $(GO) test -run '^$$' -bench BenchmarkCache -benchtime 200x -timeout 30m ./integration/
@@ -58,6 +58,8 @@ bench: ## Measure requests and CPU per message: the protocol alone, then a worke
 	$(GO) test -run '^$$' -bench BenchmarkRSS -benchtime 1x ./integration/
 	$(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkPostgresClaims -benchtime 5000x ./claimstore/postgres/
 	$(EMULATOR) $(POSTGRES) $(GO) test -run '^$$' -bench BenchmarkWorkerPostgres -benchtime 1000x ./integration/
+	$(KAFKA) $(GO) test -run '^$$' -bench BenchmarkKafka -benchtime 50000x ./integration/
+	$(RABBITMQ) $(GO) test -run '^$$' -bench BenchmarkRabbit -benchtime 20000x ./integration/
 
 .PHONY: lambda
 lambda: ## Build the Lambda bootstrap for provided.al2023: dist/lambda/ (arm64) and dist/lambda-amd64/.

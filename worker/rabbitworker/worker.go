@@ -44,7 +44,6 @@ type Worker struct {
 	incs   atomic.Uint64 // incarnations begun
 	health atomic.Pointer[error]
 	stop   chan struct{} // closed when Run stops receiving
-	slots  chan struct{} // a token per delivery being processed
 	hctx   context.Context
 	wg     sync.WaitGroup
 	// tagReuse, for the transport's own tests only, acks a delivery on the
@@ -72,7 +71,7 @@ func New(_ context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, engine: engine, log: log, stop: make(chan struct{}), slots: make(chan struct{}, cfg.Concurrency)}
+	w := &Worker{cfg: cfg, engine: engine, log: log, stop: make(chan struct{})}
 	w.setHealth(errors.New("not connected yet"))
 	conn, err := w.dial()
 	if err != nil {
@@ -122,6 +121,10 @@ type incarnation struct {
 	returns chan amqp.Return
 	closed  chan struct{} // closed when the connection or a channel ends
 	once    sync.Once
+	// halt closes when the worker stops receiving or the incarnation
+	// ends: its held deliveries are then given up rather than retried in
+	// process.
+	halt chan struct{}
 }
 
 func (inc *incarnation) end() { inc.once.Do(func() { close(inc.closed) }) }
@@ -142,9 +145,17 @@ func (w *Worker) connect() (*incarnation, <-chan amqp.Delivery, <-chan string, e
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	inc := &incarnation{n: w.incs.Add(1), conn: conn, closed: make(chan struct{}), returns: make(chan amqp.Return, 16)}
+	inc := &incarnation{n: w.incs.Add(1), conn: conn, closed: make(chan struct{}), halt: make(chan struct{}), returns: make(chan amqp.Return, 16)}
+	go func() {
+		defer close(inc.halt)
+		select {
+		case <-w.stop:
+		case <-inc.closed:
+		}
+	}()
 	fail := func(err error) (*incarnation, <-chan amqp.Delivery, <-chan string, error) {
 		_ = conn.Close()
+		inc.end()
 		return nil, nil, nil, err
 	}
 	if inc.ch, err = conn.Channel(); err != nil {
@@ -243,9 +254,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	return runErr
 }
 
-// consume dispatches inc's deliveries until the incarnation ends or ctx
-// does, and returns why it ended.
+// consume dispatches inc's deliveries to Concurrency goroutines of its
+// own (kept for the incarnation: a goroutine per delivery would grow a
+// new stack for each) until the incarnation ends or ctx does, and returns
+// why it ended.
 func (w *Worker) consume(ctx context.Context, inc *incarnation, ds <-chan amqp.Delivery, cancels <-chan string) string {
+	work := make(chan *amqp.Delivery)
+	defer close(work)
+	for range w.cfg.Concurrency {
+		w.wg.Go(func() {
+			for d := range work {
+				w.deliver(inc, d)
+			}
+		})
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,17 +283,11 @@ func (w *Worker) consume(ctx context.Context, inc *incarnation, ds <-chan amqp.D
 				return "delivery channel closed"
 			}
 			select {
-			case w.slots <- struct{}{}:
+			case work <- &d:
 			case <-ctx.Done():
 				// Not started: it goes back when the connection closes.
 				return "stopping"
 			}
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				defer func() { <-w.slots }()
-				w.deliver(inc, &d)
-			}()
 		}
 	}
 }
@@ -281,26 +297,13 @@ func (w *Worker) consume(ctx context.Context, inc *incarnation, ds <-chan amqp.D
 func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 	now := w.cfg.Now()
 	m := message(d)
-	// stop closes when the worker stops receiving or the delivery's
-	// connection ends: a held delivery is then given up rather than
-	// retried in process.
-	stop, done := make(chan struct{}), make(chan struct{})
-	defer close(done)
-	go func() {
-		defer close(stop)
-		select {
-		case <-w.stop:
-		case <-inc.closed:
-		case <-done:
-		}
-	}()
 	h := worker.Hold{
 		Until:     now.Add(w.cfg.Lease),
 		Deadline:  now.Add(w.cfg.ConsumerTimeout - consumerTimeoutMargin/5),
 		Interval:  w.cfg.HeartbeatInterval,
 		RenewAt:   now.Add(w.cfg.HeartbeatInterval),
 		HoldUntil: now.Add(w.cfg.HoldFor),
-		Stop:      stop,
+		Stop:      inc.halt,
 		// The lease stands alone: no broker hold to push, it is renewed
 		// to a Lease from now while the handler runs, whatever became of
 		// the connection (a redelivery then finds the key held).
