@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"encoding/json"
+	"strings"
 )
 
 // Kind names an envelope.
@@ -98,7 +99,7 @@ type eventBridgeEvent struct {
 }
 
 func unwrapOne(body string) (kind Kind, id, inner string, attrs map[string]string, ok bool) {
-	if !startsObject(body) {
+	if !startsObject(body) || !mayNameEnvelopeKey(body) {
 		return "", "", "", nil, false
 	}
 	var probe map[string]json.RawMessage
@@ -130,6 +131,15 @@ func unwrapOne(body string) (kind Kind, id, inner string, attrs map[string]strin
 		return EventBridge, e.ID, string(e.Detail), nil, true
 	}
 	return "", "", "", nil, false
+}
+
+// mayNameEnvelopeKey reports whether body can hold the key that marks an
+// envelope ("TopicArn" or "detail-type"): written plainly it is in the
+// text; written with escapes, the text has a backslash. A body with
+// neither is no envelope, and is not parsed to find out: most bodies are
+// not envelopes, and every message asks.
+func mayNameEnvelopeKey(body string) bool {
+	return strings.Contains(body, "TopicArn") || strings.Contains(body, "detail-type") || strings.IndexByte(body, '\\') >= 0
 }
 
 // startsObject reports whether body's first non-space byte opens an object.

@@ -2,6 +2,7 @@ package envelope_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/claimfirst/claimfirst/envelope"
@@ -109,4 +110,32 @@ func FuzzUnwrap(f *testing.F) {
 			t.Fatalf("body changed without an envelope: %q -> %q", body, m.Body)
 		}
 	})
+}
+
+// TestEscapedKeysStillUnwrap: an envelope whose marking key is written
+// with escapes ("\u0054opicArn") is still an envelope: the check that
+// spares most bodies a parse looks for a backslash as well as the plain
+// key, so it never turns an envelope away.
+func TestEscapedKeysStillUnwrap(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"sns":         strings.Replace(snsBody, `"TopicArn"`, `"\u0054opicArn"`, 1),
+		"eventbridge": strings.Replace(eventBridgeBody, `"detail-type"`, `"detail\u002dtype"`, 1),
+	} {
+		plain := map[string]string{"sns": snsBody, "eventbridge": eventBridgeBody}[name]
+		if got, want := envelope.Unwrap(body), envelope.Unwrap(plain); !want.Unwrapped() || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s with an escaped key: %+v, want %+v", name, got, want)
+		}
+	}
+}
+
+// BenchmarkUnwrapPlain is the cost of asking whether a body that is no
+// envelope is one: every message without KeepEnvelopes asks.
+func BenchmarkUnwrapPlain(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if envelope.Unwrap(payment).Unwrapped() {
+			b.Fatal("a payment unwrapped")
+		}
+	}
 }
