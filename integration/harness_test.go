@@ -269,7 +269,7 @@ func (e *env) workerEnv(o workerOptions) []string {
 	if o.concurrency == 0 {
 		o.concurrency = 8
 	}
-	env := append(os.Environ(),
+	env := append(withoutBrokers(os.Environ()), // this worker consumes SQS, whatever else the launchers started
 		"QUEUE_URL="+e.queueURL,
 		"CLAIM_TABLE="+e.table,
 		"PROVIDER_URL="+e.provURL,

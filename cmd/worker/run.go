@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -24,6 +24,7 @@ import (
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
@@ -232,6 +233,8 @@ func startError(err error) error {
 	switch {
 	case errors.As(err, &re):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
+	case errors.Is(err, kafkaworker.ErrRetention):
+		return usagef("CLAIM_RETENTION (-claim-retention): %v", unprefixed(err.Error()))
 	case errors.Is(err, worker.ErrConfig):
 		return reword(err)
 	}
@@ -268,16 +271,32 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 func cmdRun(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("run", io)
 	setWorker := defineWorkerSettings(s)
+	brokers := defineBrokerFlags(s)
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
 	a := defineApp(s)
+	s.fs.Usage = func() {
+		fmt.Fprint(s.fs.Output(), `Usage: worker run [flags]
+
+Consumes one broker, chosen by which of these is set (exactly one):
+  QUEUE_URL      an SQS queue (its redrive policy names the dead-letter queue)
+  KAFKA_BROKERS  a Kafka topic, KAFKA_TOPIC, in the consumer group KAFKA_GROUP
+                 (dead letters to KAFKA_DEAD_LETTER_TOPIC, default <topic>-dlt)
+  AMQP_URL       a RabbitMQ queue, AMQP_QUEUE, declared by worker setup (dead
+                 letters to <queue>.dlq); CLAIM_RETENTION is required
+Each message is claimed, charged through the provider and completed, with
+the same claim store, provider, metrics and /readyz whatever the broker.
+
+`)
+		s.fs.PrintDefaults()
+	}
 	if err := s.Parse(args); err != nil {
 		return err
 	}
 	var cfg sqsworker.Config
 	setWorker(&cfg)
-	// The library's own checks, before anything is built or dialled.
-	if err := cfg.CheckSettings(); err != nil {
-		return reword(err)
+	start, err := brokers.choose(cfg, *a.retention)
+	if err != nil {
+		return err
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {
@@ -293,12 +312,13 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := worker.NewMetrics(reg)
 
-	// Reading the queue can take a while against a cold endpoint; SIGTERM
-	// still ends it.
-	cfg.SQS, cfg.Store, cfg.Handler, cfg.Decoder = sqs.NewFromConfig(ap.aws, ap.tracing.sqs), ap.store, ap.handler, ap.decoder
-	cfg.Retention, cfg.Logger, cfg.Metrics, cfg.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
-	cfg.OriginalIDSecret = ap.originID
-	w, err := sqsworker.New(ctx, cfg)
+	p := cfg.Protocol // the shared settings: WORKER_OWNER, OUTAGE_COVER
+	p.Store, p.Handler, p.Decoder = ap.store, ap.handler, ap.decoder
+	p.Retention, p.Logger, p.Metrics, p.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
+	p.OriginalIDSecret = ap.originID
+	// Reading the queue or the topic can take a while against a cold
+	// endpoint; SIGTERM still ends it.
+	c, err := start(ctx, ap, p)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
 			return nil // stopped while reading the queue
@@ -306,7 +326,6 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		return startError(err)
 	}
 
-	ap.warnKeyLifetime(w.Queue())
 	if ap.client != nil {
 		registerProviderMetrics(reg, ap.client)
 		metrics.KnownDependencies("provider")
@@ -318,7 +337,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		}, func() float64 { return float64(d.UnknownFields()) }))
 	}
 	if *metricsAddr != "" {
-		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
+		srv, err := serveMetrics(*metricsAddr, c.handler(reg), ap.log)
 		if err != nil {
 			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
 		}
@@ -328,17 +347,18 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	return w.Run(ctx)
+	return c.run(ctx)
 }
 
-// serveMetrics serves w.HTTPHandler: /metrics, /healthz (the process is up)
-// and /readyz (polling, not stopping, and no dependency breaker open).
-func serveMetrics(addr string, reg *prometheus.Registry, w *sqsworker.Worker, log *slog.Logger) (*http.Server, error) {
+// serveMetrics serves the transport's operational endpoints (h, from
+// worker.HTTPHandler): /metrics, /healthz (the process is up) and /readyz
+// (consuming, not stopping, and no dependency breaker open).
+func serveMetrics(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: w.HTTPHandler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", slog.Any("error", err))

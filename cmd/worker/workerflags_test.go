@@ -76,7 +76,7 @@ func TestLibraryErrorsNameTheSetting(t *testing.T) {
 		}
 	}
 	code, _, stderr := runWorker(t, map[string]string{"CLAIM_TABLE": "claims"}, "run")
-	if code != 2 || !strings.Contains(stderr, "QUEUE_URL (-queue-url) is required") {
+	if code != 2 || !strings.Contains(stderr, "exactly one of QUEUE_URL (-queue-url), KAFKA_BROKERS (-kafka-brokers) or AMQP_URL (-amqp-url)") {
 		t.Errorf("no QUEUE_URL: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -148,6 +148,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// CheckSettings validates c's settings (not its clients: Store, Handler)
+// with their defaults, as New does before it connects, and without
+// connecting: the binary checks its flags and environment with it. The
+// errors are worker.FieldErrors under worker.ErrConfig.
+func (c Config) CheckSettings() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 // validate names every bad field, joined under worker.ErrConfig. The
 // protocol's own fields are checked by worker.NewEngine.
 func (c *Config) validate() error {
