@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/claimfirst/claimfirst/redrive"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
+	"github.com/claimfirst/claimfirst/worker/rabbitworker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
@@ -75,6 +77,9 @@ With -dry-run they count what that move would take and leave.
 		s.fs.PrintDefaults()
 	}
 	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if err := redriveBroker(*queueURL, io.getenv); err != nil {
 		return err
 	}
 	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
@@ -354,4 +359,26 @@ func reasonCategories(byReason map[string]int) []reasonCategory {
 	}
 	slices.SortStableFunc(cats, func(a, b reasonCategory) int { return b.count - a.count })
 	return cats
+}
+
+// redriveBroker refuses a redrive on Kafka or RabbitMQ, which it cannot do
+// yet, saying where the dead letters are and how to move them by hand.
+func redriveBroker(queueURL string, getenv func(string) string) error {
+	kafka, rabbit := getenv(kafkaChoice.env) != "", getenv(amqpChoice.env) != ""
+	switch {
+	case queueURL != "" && (kafka || rabbit):
+		return usagef("redrive: QUEUE_URL is set with KAFKA_BROKERS or AMQP_URL: set QUEUE_URL alone (worker redrive moves SQS's dead letters only)")
+	case kafka:
+		return usagef("redrive: cannot move dead letters back on Kafka yet: they are records of the dead-letter topic (<topic>%s), "+
+			"each with its reason, key and original topic, partition and offset in the headers %s, %s, %s, %s and %s; "+
+			"produce the values of those to move back to the topic again (a payment already charged is replayed, not charged)",
+			kafkaworker.DeadLetterSuffix, kafkaworker.HeaderReason, kafkaworker.HeaderKey, kafkaworker.HeaderTopic,
+			kafkaworker.HeaderPartition, kafkaworker.HeaderOffset)
+	case rabbit:
+		return usagef("redrive: cannot move dead letters back on RabbitMQ yet: they are in <queue>.dlq, with the reason in the header %s "+
+			"(or the broker's x-death, reason delivery_limit); after looking at their reasons, move them back to the queue with the shovel plugin "+
+			"(rabbitmq-plugins enable rabbitmq_shovel rabbitmq_shovel_management: the management UI's \"Move messages\") (a payment already charged is replayed, not charged)",
+			rabbitworker.ReasonHeader)
+	}
+	return nil
 }
