@@ -236,7 +236,7 @@ func startError(err error) error {
 	case errors.Is(err, kafkaworker.ErrRetention):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", unprefixed(err.Error()))
 	case errors.Is(err, worker.ErrConfig):
-		return reword(err)
+		return reword(err, append(kafkaSettings, rabbitSettings...)...)
 	}
 	return err
 }

@@ -115,7 +115,6 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		cl.Close()
 		return nil, err
 	}
-	w.cfg = cfg
 	eng, err := worker.NewEngine(w.cfg.Protocol, worker.EngineOptions{
 		System: System, MaxHoldBackoff: cfg.MaxHoldBackoff, BreakerThreshold: cfg.BreakerThreshold,
 	})

@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/provider"
+	"github.com/claimfirst/claimfirst/provider/fakeprovider"
+	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
+	"github.com/claimfirst/claimfirst/worker/rabbitworker"
+)
+
+// The binary on Kafka and on RabbitMQ, end to end: `worker setup` makes
+// the topics or the topology and the claim table (DynamoDB, in the
+// emulator), two `worker run` processes consume payments, some produced
+// twice, plus one that is poison, and each payment is charged once by the
+// fake provider, the poison is dead-lettered with its reason, and nothing
+// is left unsettled.
+
+// brokerUnderTest is what the test needs of one broker.
+type brokerUnderTest struct {
+	env      []string                            // the broker's settings, for setup and run
+	wantOut  []string                            // lines `worker setup` prints
+	produce  func(t *testing.T, bodies []string) // each body one message, in order
+	settled  func(ctx context.Context) (bool, string, error)
+	deadOnes func(ctx context.Context) ([]string, error) // the dead letters' reasons
+}
+
+// binaryPayments is the scenario, on b: n payments, every tenth produced
+// twice, and one poison message.
+func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
+	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{Latency: 5 * time.Millisecond})
+	table := awstest.Name("claims")
+	env := append(withoutBrokers(os.Environ()), b.env...)
+	env = append(env, "CLAIM_TABLE="+table)
+
+	for run, want := range []string{"setup: created", " exists\n"} {
+		code, stdout, stderr := runBinary(t, env, "setup")
+		if code != 0 {
+			t.Fatalf("setup %d: exit %d\n%s%s", run+1, code, stdout, stderr)
+		}
+		for _, line := range append(b.wantOut, "CLAIM_TABLE="+table) {
+			if !strings.Contains(stdout, line+"\n") {
+				t.Errorf("setup %d: stdout %q lacks %q", run+1, stdout, line)
+			}
+		}
+		if !strings.Contains(stderr, want) || (run == 1 && strings.Contains(stderr, "created")) {
+			t.Errorf("setup %d: stderr %q, want %q", run+1, stderr, want)
+		}
+	}
+
+	ps := payments(awstest.Name("pay"), n)
+	var bodies []string
+	for i, p := range ps {
+		body, _ := json.Marshal(p)
+		bodies = append(bodies, string(body))
+		if i%10 == 0 {
+			bodies = append(bodies, string(body)) // a producer's retry
+		}
+	}
+	bodies = append(bodies, "not a payment")
+	b.produce(t, bodies)
+
+	metrics := lambdaFreePorts(t, 1)[0]
+	runEnv := append(env, "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=8", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s", "PROVIDER_TIMEOUT=2s")
+	procs := []*proc{
+		startProc(t, "worker-1", append(runEnv, "METRICS_ADDR="+metrics)),
+		startProc(t, "worker-2", runEnv),
+	}
+	start := time.Now()
+	ctx := context.Background()
+	deadline := start.Add(60 * time.Second)
+	ready := false
+	for {
+		if !ready {
+			if resp, err := http.Get("http://" + metrics + "/readyz"); err == nil {
+				ready = resp.StatusCode == http.StatusOK
+				_ = resp.Body.Close()
+			}
+		}
+		done, why, err := b.settled(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done && fake.Stats().Charges >= int64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled after %s: %s; provider %+v", time.Since(start), why, fake.Stats())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d messages (%d payments) settled by two workers in %s", len(bodies), n, time.Since(start).Round(time.Millisecond))
+	if !ready {
+		t.Errorf("/readyz never answered 200")
+	}
+	for _, p := range procs {
+		if code := p.stop(t, 20*time.Second); code != 0 {
+			t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
+		}
+	}
+	st := fake.Stats()
+	for _, p := range ps {
+		if c := st.ChargesByPayment[p.PaymentID]; c != 1 {
+			t.Errorf("payment %s charged %d times, want 1", p.PaymentID, c)
+		}
+	}
+	if st.Charges != int64(n) {
+		t.Errorf("charges = %d, want %d", st.Charges, n)
+	}
+	reasons, err := b.deadOnes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reasons) != 1 || !strings.HasPrefix(reasons[0], worker.CodePoison) {
+		t.Errorf("dead letters' reasons %q, want one %s", reasons, worker.CodePoison)
+	}
+	if done, why, err := b.settled(ctx); err != nil || !done {
+		t.Errorf("after the workers stopped: settled %v (%s), %v", done, why, err)
+	}
+}
+
+// TestBinaryKafka: the binary on Kafka (kfake, emulator/with-kafka.sh).
+func TestBinaryKafka(t *testing.T) {
+	brokers := kafkaBrokers(t)
+	awstest.Config(t)
+	t.Parallel()
+	topic := awstest.Name("binpay")
+	dlt, group := topic+kafkaworker.DeadLetterSuffix, topic+"-group"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	b := brokerUnderTest{
+		env: []string{"KAFKA_BROKERS=" + strings.Join(brokers, ","), "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=" + group,
+			"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s"},
+		wantOut: []string{"KAFKA_TOPIC=" + topic, "KAFKA_DEAD_LETTER_TOPIC=" + dlt},
+		produce: func(t *testing.T, bodies []string) {
+			rs := make([]*kgo.Record, len(bodies))
+			for i, body := range bodies {
+				var p provider.Payment
+				_ = json.Unmarshal([]byte(body), &p)
+				rs[i] = &kgo.Record{Topic: topic, Key: []byte(p.PaymentID), Value: []byte(body)}
+			}
+			if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		// Settled: the group's committed offset of every partition is
+		// the partition's end.
+		settled: func(ctx context.Context) (bool, string, error) {
+			ends, err := adm.ListEndOffsets(ctx, topic)
+			if err != nil {
+				return false, "", err
+			}
+			offs, err := adm.FetchOffsets(ctx, group)
+			if errors.Is(err, kerr.GroupIDNotFound) {
+				return false, "no group yet", nil
+			}
+			if err != nil {
+				return false, "", err
+			}
+			var behind []string
+			ends.Each(func(e kadm.ListedOffset) {
+				o, ok := offs.Lookup(topic, e.Partition)
+				if !ok || o.At != e.Offset {
+					behind = append(behind, fmt.Sprintf("partition %d committed %d of %d", e.Partition, o.At, e.Offset))
+				}
+			})
+			return len(behind) == 0, strings.Join(behind, ", "), nil
+		},
+		deadOnes: func(ctx context.Context) ([]string, error) {
+			r, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				return nil, err
+			}
+			defer r.Close()
+			ends, err := adm.ListEndOffsets(ctx, dlt)
+			if err != nil {
+				return nil, err
+			}
+			var want int64
+			ends.Each(func(e kadm.ListedOffset) { want += e.Offset })
+			var reasons []string
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			for int64(len(reasons)) < want {
+				fs := r.PollFetches(ctx)
+				if err := ctx.Err(); err != nil {
+					return reasons, fmt.Errorf("read %d of %d dead letters: %w", len(reasons), want, err)
+				}
+				fs.EachRecord(func(rec *kgo.Record) {
+					for _, h := range rec.Headers {
+						if h.Key == kafkaworker.HeaderReason {
+							reasons = append(reasons, string(h.Value))
+						}
+					}
+				})
+			}
+			return reasons, nil
+		},
+	}
+	binaryPayments(t, b, 200)
+}
+
+// TestBinaryRabbit: the binary on RabbitMQ (emulator/with-rabbitmq.sh).
+func TestBinaryRabbit(t *testing.T) {
+	u := amqpURL(t)
+	awstest.Config(t)
+	t.Parallel()
+	queue := awstest.Name("binpay")
+	dlq := rabbitworker.DeadLetterQueueOf(queue)
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_, _ = ch.QueueDelete(dlq, false, false, false)
+			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
+		}
+		_ = conn.Close()
+	})
+	depth := func(q string) (int, error) {
+		ch, err := conn.Channel()
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = ch.Close() }()
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		return st.Messages, err
+	}
+	b := brokerUnderTest{
+		env:     []string{"AMQP_URL=" + u, "AMQP_QUEUE=" + queue, "CLAIM_RETENTION=96h"},
+		wantOut: []string{"AMQP_QUEUE=" + queue, "AMQP_DEAD_LETTER_QUEUE=" + dlq},
+		produce: func(t *testing.T, bodies []string) {
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = ch.Close() }()
+			if err := ch.Confirm(false); err != nil {
+				t.Fatal(err)
+			}
+			for _, body := range bodies {
+				c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false,
+					amqp.Publishing{Body: []byte(body), DeliveryMode: amqp.Persistent})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := c.WaitContext(context.Background()); err != nil || !ok {
+					t.Fatalf("publish not confirmed: %v", err)
+				}
+			}
+		},
+		// Settled: nothing ready in the queue and one dead letter. What
+		// is delivered and unacked shows only once the workers stop: the
+		// last check, after they did, sees it.
+		settled: func(context.Context) (bool, string, error) {
+			ready, err := depth(queue)
+			if err != nil {
+				return false, "", err
+			}
+			dead, err := depth(dlq)
+			if err != nil {
+				return false, "", err
+			}
+			return ready == 0 && dead == 1, fmt.Sprintf("%d ready, %d dead-lettered", ready, dead), nil
+		},
+		deadOnes: func(context.Context) ([]string, error) {
+			ch, err := conn.Channel()
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = ch.Close() }()
+			var reasons []string
+			for {
+				d, ok, err := ch.Get(dlq, false)
+				if err != nil || !ok {
+					return reasons, err
+				}
+				r, _ := d.Headers[rabbitworker.ReasonHeader].(string)
+				reasons = append(reasons, r)
+			}
+		},
+	}
+	binaryPayments(t, b, 200)
+}
