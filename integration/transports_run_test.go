@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,20 +77,20 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	bodies = append(bodies, "not a payment")
 	b.produce(t, bodies)
 
-	metrics := lambdaFreePorts(t, 1)[0]
+	metrics := lambdaFreePorts(t, 2)
 	runEnv := append(env, "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=8", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s", "PROVIDER_TIMEOUT=2s")
-	procs := []*proc{
-		startProc(t, "worker-1", append(runEnv, "METRICS_ADDR="+metrics)),
-		startProc(t, "worker-2", runEnv),
+	var procs []*proc
+	for i, addr := range metrics {
+		procs = append(procs, startProc(t, fmt.Sprintf("worker-%d", i+1), append(runEnv, "METRICS_ADDR="+addr)))
 	}
 	start := time.Now()
 	ctx := context.Background()
 	deadline := start.Add(60 * time.Second)
-	ready := false
+	ready := map[string]bool{}
 	for {
-		if !ready {
-			if resp, err := http.Get("http://" + metrics + "/readyz"); err == nil {
-				ready = resp.StatusCode == http.StatusOK
+		for _, addr := range metrics {
+			if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && !ready[addr] {
+				ready[addr] = resp.StatusCode == http.StatusOK
 				_ = resp.Body.Close()
 			}
 		}
@@ -96,17 +98,19 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done && fake.Stats().Charges >= int64(n) {
+		finals, outcomes := finalOutcomes(metrics)
+		if done && finals >= len(bodies) && fake.Stats().Charges >= int64(n) {
 			break
 		}
+		why += fmt.Sprintf("; %d of %d messages settled (%s)", finals, len(bodies), outcomes)
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after %s: %s; provider %+v", time.Since(start), why, fake.Stats())
+			t.Fatalf("not settled after %s: %s; %d charges", time.Since(start), why, fake.Stats().Charges)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("%d messages (%d payments) settled by two workers in %s", len(bodies), n, time.Since(start).Round(time.Millisecond))
-	if !ready {
-		t.Errorf("/readyz never answered 200")
+	if len(ready) != len(metrics) {
+		t.Errorf("/readyz answered 200 on %d of %d workers", len(ready), len(metrics))
 	}
 	for _, p := range procs {
 		if code := p.stop(t, 20*time.Second); code != 0 {
@@ -132,6 +136,34 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	if done, why, err := b.settled(ctx); err != nil || !done {
 		t.Errorf("after the workers stopped: settled %v (%s), %v", done, why, err)
 	}
+}
+
+// finalOutcomes is how many messages the workers serving metrics at addrs
+// have settled (completed, acked as duplicates, dead-lettered): their
+// claimfirst_messages_total of those outcomes.
+func finalOutcomes(addrs []string) (int, string) {
+	n := 0
+	var all []string
+	for _, addr := range addrs {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "claimfirst_messages_total{") && !strings.HasSuffix(line, " 0") {
+				all = append(all, strings.TrimPrefix(line, "claimfirst_messages_total"))
+			}
+			for _, o := range []worker.Outcome{worker.OutcomeCompleted, worker.OutcomeDuplicate, worker.OutcomeDeadLettered, worker.OutcomeKeyReused} {
+				if v, ok := strings.CutPrefix(line, `claimfirst_messages_total{outcome="`+string(o)+`"} `); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					n += int(f)
+				}
+			}
+		}
+	}
+	return n, strings.Join(all, " ")
 }
 
 // TestBinaryKafka: the binary on Kafka (kfake, emulator/with-kafka.sh).
@@ -248,7 +280,9 @@ func TestBinaryRabbit(t *testing.T) {
 		return st.Messages, err
 	}
 	b := brokerUnderTest{
-		env:     []string{"AMQP_URL=" + u, "AMQP_QUEUE=" + queue, "CLAIM_RETENTION=96h"},
+		// A short lease: a duplicate that finds its key held by the other
+		// worker is kept unacked until the lease ends.
+		env:     []string{"AMQP_URL=" + u, "AMQP_QUEUE=" + queue, "CLAIM_RETENTION=96h", "CLAIM_LEASE=3s"},
 		wantOut: []string{"AMQP_QUEUE=" + queue, "AMQP_DEAD_LETTER_QUEUE=" + dlq},
 		produce: func(t *testing.T, bodies []string) {
 			ch, err := conn.Channel()
@@ -271,8 +305,8 @@ func TestBinaryRabbit(t *testing.T) {
 			}
 		},
 		// Settled: nothing ready in the queue and one dead letter. What
-		// is delivered and unacked shows only once the workers stop: the
-		// last check, after they did, sees it.
+		// is delivered and unacked shows only in the workers' counts, and
+		// once they stopped: the last check, after they did, sees it.
 		settled: func(context.Context) (bool, string, error) {
 			ready, err := depth(queue)
 			if err != nil {

@@ -146,6 +146,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Metrics == nil {
+		c.Metrics = worker.NewMetrics(nil) // one set for the engine and the transport's own counts
+	}
 }
 
 // CheckSettings validates c's settings (not its clients: Store, Handler)
