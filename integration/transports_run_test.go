@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,8 +48,7 @@ type brokerUnderTest struct {
 func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{Latency: 5 * time.Millisecond})
 	table := awstest.Name("claims")
-	env := append(withoutBrokers(os.Environ()), b.env...)
-	env = append(env, "CLAIM_TABLE="+table)
+	env := append(append(withoutBrokers(os.Environ()), b.env...), "CLAIM_TABLE="+table)
 
 	for run, want := range []string{"setup: created", " exists\n"} {
 		code, stdout, stderr := runBinary(t, env, "setup")
@@ -78,10 +78,10 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	b.produce(t, bodies)
 
 	metrics := lambdaFreePorts(t, 2)
-	runEnv := append(env, "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=8", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s", "PROVIDER_TIMEOUT=2s")
+	runEnv := append(slices.Clip(env), "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=8", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s", "PROVIDER_TIMEOUT=2s")
 	var procs []*proc
 	for i, addr := range metrics {
-		procs = append(procs, startProc(t, fmt.Sprintf("worker-%d", i+1), append(runEnv, "METRICS_ADDR="+addr)))
+		procs = append(procs, startProc(t, fmt.Sprintf("worker-%d", i+1), append(slices.Clip(runEnv), "METRICS_ADDR="+addr)))
 	}
 	start := time.Now()
 	ctx := context.Background()

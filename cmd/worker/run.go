@@ -50,7 +50,7 @@ func defineApp(s *settings) *appSettings {
 		providerKey:       s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
 		keyFrom:           s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id, attribute:NAME or jmespath:EXPR"),
 		logLevel:          s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
-		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
+		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: SQS the queue's retention + the DLQ's + 24h; Kafka the topic's retention.ms + HOLD_FOR + lease + 1h; RabbitMQ: required)"),
 		providerTimeout:   s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
 		providerAttempts:  s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
 		keyLifetime:       s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),

@@ -27,7 +27,10 @@ import (
 // idempotently, wherever the SDK's configuration points (AWS_ENDPOINT_URL
 // for an emulator). With -fifo both queues are FIFO queues (".fifo" is
 // added to names that lack it) without content-based deduplication:
-// producers give each message a deduplication id.
+// producers give each message a deduplication id. With KAFKA_BROKERS set
+// it creates the Kafka topic and its dead-letter topic instead of the
+// queues, and with AMQP_URL set it declares the RabbitMQ topology
+// (rabbitworker.Setup); the claim table is created either way.
 func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("setup", io)
 	queue := s.String("queue-name", "QUEUE_NAME", "payments", "source queue name")
