@@ -41,6 +41,10 @@ type brokerUnderTest struct {
 	produce  func(t *testing.T, bodies []string) // each body one message, in order
 	settled  func(ctx context.Context) (bool, string, error)
 	deadOnes func(ctx context.Context) ([]string, error) // the dead letters' reasons
+	// after, if set, runs once the scenario passed, with the workers'
+	// environment (that of a run, without METRICS_ADDR), the provider, and
+	// the body of a payment charged already.
+	after func(t *testing.T, env []string, fake *fakeprovider.Server, charged string)
 }
 
 // binaryPayments is the scenario, on b: n payments, every tenth produced
@@ -135,6 +139,9 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	}
 	if done, why, err := b.settled(ctx); err != nil || !done {
 		t.Errorf("after the workers stopped: settled %v (%s), %v", done, why, err)
+	}
+	if b.after != nil && !t.Failed() {
+		b.after(t, runEnv, fake, bodies[0])
 	}
 }
 
@@ -251,6 +258,16 @@ func TestBinaryKafka(t *testing.T) {
 	binaryPayments(t, b, 200)
 }
 
+// TestRedriveKafkaRefused: `worker redrive` cannot move Kafka's dead
+// letters yet, and says so, exit 2, naming where they are.
+func TestRedriveKafkaRefused(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runBinary(t, []string{"KAFKA_BROKERS=127.0.0.1:1"}, "redrive")
+	if code != 2 || !strings.Contains(stderr, "cannot move dead letters back on Kafka yet") || !strings.Contains(stderr, kafkaworker.HeaderReason) {
+		t.Errorf("exit %d, stderr %q, stdout %q; want 2 and why", code, stderr, stdout)
+	}
+}
+
 // TestBinaryRabbit: the binary on RabbitMQ (emulator/with-rabbitmq.sh).
 func TestBinaryRabbit(t *testing.T) {
 	u := amqpURL(t)
@@ -334,6 +351,69 @@ func TestBinaryRabbit(t *testing.T) {
 				reasons = append(reasons, r)
 			}
 		},
+	}
+	// Then the redrive: a payment charged already, dead-lettered as if it
+	// had failed permanently, is moved back by reason, the poison left;
+	// a worker replays the payment and charges nothing.
+	b.after = func(t *testing.T, env []string, fake *fakeprovider.Server, charged string) {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = ch.Close() }()
+		if err := ch.PublishWithContext(context.Background(), "", dlq, true, false, amqp.Publishing{
+			Body: []byte(charged), DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{rabbitworker.ReasonHeader: "permanent: a handler error", rabbitworker.AttemptHeader: int64(1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitDepth := func(q string, want int) {
+			t.Helper()
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				n, err := depth(q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n == want {
+					return
+				}
+				if time.Now().After(end) {
+					t.Fatalf("%s holds %d messages, want %d", q, n, want)
+				}
+			}
+		}
+		waitDepth(dlq, 2)
+		for _, step := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"redrive", "-dry-run"}, "2 messages (dry run: nothing moved)"},
+			{[]string{"redrive", "-reason", "key_reused"}, "moved 0 messages"},
+			{[]string{"redrive", "-exclude-reason", "poison"}, "moved 1 messages"},
+		} {
+			code, stdout, stderr := runBinary(t, env, step.args...)
+			if code != 0 || !strings.Contains(stdout, step.want) {
+				t.Fatalf("worker %v: exit %d, stdout %q, stderr %q; want %q", step.args, code, stdout, stderr, step.want)
+			}
+			t.Logf("worker %v: %s", step.args, strings.TrimSpace(stdout))
+		}
+		waitDepth(dlq, 1)
+		waitDepth(queue, 1)
+		before := fake.Stats().Charges
+		p := startProc(t, "worker-3", env)
+		waitDepth(queue, 0)
+		if code := p.stop(t, 20*time.Second); code != 0 {
+			t.Errorf("worker-3: exit %d", code)
+		}
+		if n, _ := depth(queue); n != 0 {
+			t.Errorf("the queue holds %d after the redriven payment ran, want 0", n)
+		}
+		if got := fake.Stats().Charges; got != before {
+			t.Errorf("charges %d after the redrive, want %d: a redriven payment charged already must be replayed", got, before)
+		}
+		if !strings.Contains(p.log.String(), `"outcome":"duplicate"`) {
+			t.Errorf("worker-3 did not replay the redriven payment as a duplicate:\n%s", tail(p.log.String(), 10))
+		}
 	}
 	binaryPayments(t, b, 200)
 }

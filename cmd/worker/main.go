@@ -41,7 +41,7 @@ func commands() map[string]command {
 		"provider": {"serve the fake payment provider (honours Idempotency-Key, injects faults)", cmdProvider},
 		"setup":    {"create the queue, dead-letter queue and claim table (Kafka's topics, RabbitMQ's topology) for local development", cmdSetup},
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
-		"redrive":  {"move the SQS dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
+		"redrive":  {"move the dead-letter queue's messages back to the queue, on SQS or RabbitMQ (-dry-run counts them by reason)", cmdRedrive},
 		"sim":      {"run the simulator's soak: the real worker under seeded faults (needs go and this module's source)", cmdSim},
 		"version":  {"print the module version and the commit it was built from", cmdVersion},
 	}

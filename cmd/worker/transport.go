@@ -112,6 +112,18 @@ type consumer struct {
 	handler func(reg prometheus.Gatherer) http.Handler // /metrics, /healthz, /readyz
 }
 
+// healthConsumer serves a transport whose readiness is its Health: the
+// Kafka and RabbitMQ workers.
+func healthConsumer(w interface {
+	Run(ctx context.Context) error
+	Health() error
+}, m *worker.Metrics,
+) consumer {
+	return consumer{run: w.Run, handler: func(g prometheus.Gatherer) http.Handler {
+		return worker.HTTPHandler(w.Health, g, m)
+	}}
+}
+
 // starter builds the chosen transport on the app's protocol: store,
 // handler, decoder, logs, metrics and traces.
 type starter func(ctx context.Context, ap *app, p worker.Protocol) (consumer, error)
@@ -243,9 +255,7 @@ func (b *brokerFlags) kafka(shared sqsworker.Config, retention time.Duration) (s
 		if err != nil {
 			return consumer{}, err
 		}
-		return consumer{run: w.Run, handler: func(g prometheus.Gatherer) http.Handler {
-			return worker.HTTPHandler(w.Health, g, p.Metrics)
-		}}, nil
+		return healthConsumer(w, p.Metrics), nil
 	}, nil
 }
 
@@ -267,9 +277,7 @@ func (b *brokerFlags) rabbit(shared sqsworker.Config, retention time.Duration) (
 		if err != nil {
 			return consumer{}, err
 		}
-		return consumer{run: w.Run, handler: func(g prometheus.Gatherer) http.Handler {
-			return worker.HTTPHandler(w.Health, g, p.Metrics)
-		}}, nil
+		return healthConsumer(w, p.Metrics), nil
 	}, nil
 }
 
