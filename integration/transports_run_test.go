@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/claimfirst/claimfirst/internal/awstest"
+	"github.com/claimfirst/claimfirst/internal/pgtest"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/provider/fakeprovider"
 	"github.com/claimfirst/claimfirst/worker"
@@ -28,15 +29,18 @@ import (
 )
 
 // The binary on Kafka and on RabbitMQ, end to end: `worker setup` makes
-// the topics or the topology and the claim table (DynamoDB, in the
-// emulator), two `worker run` processes consume payments, some produced
+// the topics or the topology and the claim table (PostgreSQL for Kafka,
+// with no AWS setting at all; DynamoDB in the emulator for RabbitMQ), two `worker run` processes consume payments, some produced
 // twice, plus one that is poison, and each payment is charged once by the
 // fake provider, the poison is dead-lettered with its reason, and nothing
 // is left unsettled.
 
 // brokerUnderTest is what the test needs of one broker.
 type brokerUnderTest struct {
-	env      []string                            // the broker's settings, for setup and run
+	env      []string                            // the broker's and the store's settings, for setup and run
+	table    string                              // the claim table
+	setup    []string                            // setup's flags
+	noAWS    bool                                // run without any AWS_ setting
 	wantOut  []string                            // lines `worker setup` prints
 	produce  func(t *testing.T, bodies []string) // each body one message, in order
 	settled  func(ctx context.Context) (bool, string, error)
@@ -51,11 +55,15 @@ type brokerUnderTest struct {
 // twice, and one poison message.
 func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{Latency: 5 * time.Millisecond})
-	table := awstest.Name("claims")
-	env := append(append(withoutBrokers(os.Environ()), b.env...), "CLAIM_TABLE="+table)
+	table := b.table
+	env := withoutBrokers(os.Environ())
+	if b.noAWS {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
+	}
+	env = append(append(env, b.env...), "CLAIM_TABLE="+table)
 
 	for run, want := range []string{"setup: created", " exists\n"} {
-		code, stdout, stderr := runBinary(t, env, "setup")
+		code, stdout, stderr := runBinary(t, env, append([]string{"setup"}, b.setup...)...)
 		if code != 0 {
 			t.Fatalf("setup %d: exit %d\n%s%s", run+1, code, stdout, stderr)
 		}
@@ -96,6 +104,13 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 			if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && !ready[addr] {
 				ready[addr] = resp.StatusCode == http.StatusOK
 				_ = resp.Body.Close()
+			}
+		}
+		for _, p := range procs {
+			select {
+			case <-p.done:
+				t.Fatalf("%s exited (%v) before the messages were settled", p.name, p.err)
+			default:
 			}
 		}
 		done, why, err := b.settled(ctx)
@@ -176,7 +191,7 @@ func finalOutcomes(addrs []string) (int, string) {
 // TestBinaryKafka: the binary on Kafka (kfake, emulator/with-kafka.sh).
 func TestBinaryKafka(t *testing.T) {
 	brokers := kafkaBrokers(t)
-	awstest.Config(t)
+	dbURL := pgtest.URL(t)
 	t.Parallel()
 	topic := awstest.Name("binpay")
 	dlt, group := topic+kafkaworker.DeadLetterSuffix, topic+"-group"
@@ -187,8 +202,11 @@ func TestBinaryKafka(t *testing.T) {
 	t.Cleanup(cl.Close)
 	adm := kadm.NewClient(cl)
 	b := brokerUnderTest{
+		// PostgreSQL's claims, and no AWS setting at all: a Kafka
+		// deployment need not have any.
 		env: []string{"KAFKA_BROKERS=" + strings.Join(brokers, ","), "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=" + group,
-			"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s"},
+			"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s", "STORE=postgres", "DATABASE_URL=" + dbURL},
+		table: pgtest.Name("claims"), setup: []string{"-postgres"}, noAWS: true,
 		wantOut: []string{"KAFKA_TOPIC=" + topic, "KAFKA_DEAD_LETTER_TOPIC=" + dlt},
 		produce: func(t *testing.T, bodies []string) {
 			rs := make([]*kgo.Record, len(bodies))
@@ -300,6 +318,7 @@ func TestBinaryRabbit(t *testing.T) {
 		// A short lease: a duplicate that finds its key held by the other
 		// worker is kept unacked until the lease ends.
 		env:     []string{"AMQP_URL=" + u, "AMQP_QUEUE=" + queue, "CLAIM_RETENTION=96h", "CLAIM_LEASE=3s"},
+		table:   awstest.Name("claims"), // in DynamoDB (the emulator)
 		wantOut: []string{"AMQP_QUEUE=" + queue, "AMQP_DEAD_LETTER_QUEUE=" + dlq},
 		produce: func(t *testing.T, bodies []string) {
 			ch, err := conn.Channel()

@@ -35,9 +35,12 @@ type appSettings struct {
 	retention, providerTimeout, keyLifetime                             *time.Duration
 	providerAttempts                                                    *int
 	lookup, allowHTTP, strict                                           *bool
-	ledger                                                              ledgerSettings
-	pg                                                                  pgSettings
-	origin                                                              originSettings
+	// noSQS is set by `worker run` for Kafka and RabbitMQ: with
+	// PostgreSQL's claims nothing then needs an AWS region.
+	noSQS  bool
+	ledger ledgerSettings
+	pg     pgSettings
+	origin originSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -199,11 +202,15 @@ func (a *appSettings) logger(io stdio) (*slog.Logger, error) {
 // claimStore loads the AWS configuration (with tracing) and returns the
 // claim store on CLAIM_TABLE: DynamoDB's, or PostgreSQL's for STORE=postgres.
 func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tracing, claimstore.Store, error) {
-	cfg, tr, err := loadTracedAWS(ctx, io)
+	isPG, _ := a.pg.postgres()
+	// Kafka or RabbitMQ with PostgreSQL's claims may run without AWS at
+	// all: the region is then needed only to read a secret from Secrets
+	// Manager, whose call says so.
+	cfg, tr, err := loadTracedAWS(ctx, io, isPG && a.noSQS)
 	if err != nil {
 		return aws.Config{}, nil, nil, err
 	}
-	if isPG, _ := a.pg.postgres(); isPG {
+	if isPG {
 		store, _, err := a.pg.postgresStore(ctx, *a.table, *a.keyPrefix)
 		if err != nil {
 			return aws.Config{}, nil, nil, err
@@ -244,8 +251,8 @@ func startError(err error) error {
 // loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up; clients
 // made with its dynamoDB and sqs options are traced by it (when they turn
 // it on).
-func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) {
-	cfg, err := loadAWS(ctx)
+func loadTracedAWS(ctx context.Context, io stdio, regionOptional bool) (aws.Config, *tracing, error) {
+	cfg, err := loadAWSConfig(ctx, regionOptional)
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
@@ -256,13 +263,17 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	return cfg, tr, nil
 }
 
-// loadAWS reads the SDK's standard configuration chain.
-func loadAWS(ctx context.Context) (aws.Config, error) {
+// loadAWS reads the SDK's standard configuration chain, which must name a
+// region.
+func loadAWS(ctx context.Context) (aws.Config, error) { return loadAWSConfig(ctx, false) }
+
+// loadAWSConfig is loadAWS, with the region optional if regionOptional.
+func loadAWSConfig(ctx context.Context, regionOptional bool) (aws.Config, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(sqsworker.HTTPClient(256)))
 	if err != nil {
 		return aws.Config{}, usagef("AWS configuration: %v", err)
 	}
-	if cfg.Region == "" {
+	if cfg.Region == "" && !regionOptional {
 		return aws.Config{}, usagef("AWS_REGION is not set (nor a region in the AWS config file)")
 	}
 	return cfg, nil
@@ -298,6 +309,7 @@ the same claim store, provider, metrics and /readyz whatever the broker.
 	if err != nil {
 		return err
 	}
+	a.noSQS = cfg.QueueURL == ""
 	ap, err := a.build(ctx, io)
 	if err != nil {
 		return err
