@@ -35,9 +35,10 @@ type appSettings struct {
 	retention, providerTimeout, keyLifetime                             *time.Duration
 	providerAttempts                                                    *int
 	lookup, allowHTTP, strict                                           *bool
-	// noSQS is set by `worker run` for Kafka and RabbitMQ: with
-	// PostgreSQL's claims nothing then needs an AWS region.
-	noSQS  bool
+	// broker is the broker `worker run` consumes (sqsChoice for the
+	// Lambda mode): on Kafka and RabbitMQ with PostgreSQL's claims nothing
+	// needs an AWS region.
+	broker namedSetting
 	ledger ledgerSettings
 	pg     pgSettings
 	origin originSettings
@@ -61,6 +62,7 @@ func defineApp(s *settings) *appSettings {
 		ledger:            defineLedger(s),
 		pg:                definePostgres(s),
 		origin:            defineOrigin(s),
+		broker:            sqsChoice,
 		strict:            s.Bool("payment-strict", "PAYMENT_STRICT", false, "dead-letter payment messages with fields other than payment_id, amount and currency (false: ignore them, logging each name once)"),
 	}
 }
@@ -172,7 +174,11 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if ap.originID, err = a.origin.secret(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if keyFrom == payment.KeyMessageID && ap.originID == "" {
+	switch {
+	case keyFrom == payment.KeyMessageID && a.broker == kafkaChoice:
+		log.Warn("IDEMPOTENCY_KEY_FROM=message_id on Kafka keys a record by its offset (topic/partition/offset): " +
+			"it catches a redelivery, not a producer's retry, which lands at a new offset; key by payment_id")
+	case keyFrom == payment.KeyMessageID && ap.originID == "" && a.broker == sqsChoice:
 		log.Warn("IDEMPOTENCY_KEY_FROM=message_id without ORIGINAL_ID_SECRET: a redriven message is keyed by its new id, " +
 			"so a dead letter moved back by worker redrive can run again; set ORIGINAL_ID_SECRET (the same for every worker and the redrive)")
 	}
@@ -206,7 +212,7 @@ func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tr
 	// Kafka or RabbitMQ with PostgreSQL's claims may run without AWS at
 	// all: the region is then needed only to read a secret from Secrets
 	// Manager, whose call says so.
-	cfg, tr, err := loadTracedAWS(ctx, io, isPG && a.noSQS)
+	cfg, tr, err := loadTracedAWS(ctx, io, isPG && a.broker != sqsChoice)
 	if err != nil {
 		return aws.Config{}, nil, nil, err
 	}
@@ -305,11 +311,12 @@ the same claim store, provider, metrics and /readyz whatever the broker.
 	}
 	var cfg sqsworker.Config
 	setWorker(&cfg)
-	start, err := brokers.choose(cfg, *a.retention)
+	var start starter
+	var err error
+	a.broker, start, err = brokers.choose(cfg, *a.retention)
 	if err != nil {
 		return err
 	}
-	a.noSQS = cfg.QueueURL == ""
 	ap, err := a.build(ctx, io)
 	if err != nil {
 		return err

@@ -136,10 +136,10 @@ type setBy struct {
 
 // choose picks the transport from the settings (cfg holds the SQS and the
 // shared ones), checks the chosen transport's settings as its library
-// does, and returns what builds it: a usage error naming the settings
+// does, and returns the setting that chose it and what builds it: a usage error naming the settings
 // when none or more than one broker is chosen, when a setting of another
 // broker is set, or when the library refuses a value.
-func (b *brokerFlags) choose(cfg sqsworker.Config, retention time.Duration) (starter, error) {
+func (b *brokerFlags) choose(cfg sqsworker.Config, retention time.Duration) (namedSetting, starter, error) {
 	var chosen []namedSetting
 	for _, c := range []setBy{{sqsChoice, cfg.QueueURL != ""}, {kafkaChoice, *b.kafkaBrokers != ""}, {amqpChoice, *b.amqpURL != ""}} {
 		if c.set {
@@ -152,13 +152,13 @@ func (b *brokerFlags) choose(cfg sqsworker.Config, retention time.Duration) (sta
 			names[i] = n.String()
 		}
 		if len(chosen) == 0 {
-			return nil, usagef("no broker: set exactly one of %s, %s or %s", sqsChoice, kafkaChoice, amqpChoice)
+			return namedSetting{}, nil, usagef("no broker: set exactly one of %s, %s or %s", sqsChoice, kafkaChoice, amqpChoice)
 		}
 		are := "are both set"
 		if len(chosen) > 2 {
 			are = "are all set"
 		}
-		return nil, usagef("%s %s: set exactly one of QUEUE_URL, KAFKA_BROKERS or AMQP_URL", strings.Join(names, " and "), are)
+		return namedSetting{}, nil, usagef("%s %s: set exactly one of QUEUE_URL, KAFKA_BROKERS or AMQP_URL", strings.Join(names, " and "), are)
 	}
 	var start starter
 	var err error
@@ -171,9 +171,9 @@ func (b *brokerFlags) choose(cfg sqsworker.Config, retention time.Duration) (sta
 		start, err = b.sqs(cfg)
 	}
 	if err != nil {
-		return nil, err
+		return namedSetting{}, nil, err
 	}
-	return start, b.othersUnset(chosen[0], cfg)
+	return chosen[0], start, b.othersUnset(chosen[0], cfg)
 }
 
 // othersUnset refuses a setting that the chosen broker does not take:
