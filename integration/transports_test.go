@@ -84,6 +84,8 @@ func TestRunChoosesOneBroker(t *testing.T) {
 		{"rabbitmq without a retention", []string{base, amqp, rqueue}, []string{"CLAIM_RETENTION (-claim-retention) is required"}},
 		{"rabbitmq hold past consumer_timeout", []string{base, amqp, rqueue, keep, "HOLD_FOR=40m"}, []string{"HOLD_FOR (-hold-for) 40m0s", "consumer_timeout"}},
 		{"sqs with a kafka setting", []string{base, queue, topic}, []string{"KAFKA_TOPIC (-kafka-topic)", "KAFKA_BROKERS"}},
+		{"rabbitmq with a probe interval", []string{base, amqp, rqueue, keep, "BREAKER_PROBE_INTERVAL=1s"}, []string{"BREAKER_PROBE_INTERVAL (-probe-interval)", "SQS and Kafka"}},
+		{"sqs with a lease", []string{base, queue, "CLAIM_LEASE=10s"}, []string{"CLAIM_LEASE (-lease)", "VISIBILITY_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -85,7 +85,7 @@ func defineBrokerFlags(s *settings) *brokerFlags {
 	dur := func(n namedSetting, help string) *time.Duration { return s.Duration(n.flag, n.env, 0, help) }
 	k, r := kafkaSettings, rabbitSettings
 	return &brokerFlags{
-		kafkaBrokers: str(k[0], "Kafka seed brokers, host:port,... (consume Kafka instead of SQS; exactly one of QUEUE_URL, KAFKA_BROKERS, AMQP_URL)"),
+		kafkaBrokers: str(k[0], "Kafka seed brokers, host:port,..., plaintext (consume Kafka instead of SQS; exactly one of QUEUE_URL, KAFKA_BROKERS, AMQP_URL)"),
 		kafkaTopic:   str(k[1], "Kafka: the topic consumed (required with KAFKA_BROKERS)"),
 		kafkaGroup:   str(k[2], "Kafka: the consumer group (required with KAFKA_BROKERS)"),
 		kafkaDLT:     str(k[3], "Kafka: the dead-letter topic (default: <topic>"+kafkaworker.DeadLetterSuffix+")"),
@@ -186,7 +186,6 @@ func (b *brokerFlags) othersUnset(chosen namedSetting, cfg sqsworker.Config) err
 	kafkaOnly := []setBy{
 		{kafkaSettings[1], *b.kafkaTopic != ""}, {kafkaSettings[2], *b.kafkaGroup != ""}, {kafkaSettings[3], *b.kafkaDLT != ""},
 		{kafkaSettings[4], *b.kafkaSession != 0}, {kafkaSettings[5], *b.kafkaRebalance != 0}, {kafkaSettings[6], *b.kafkaPartitionOrder},
-		{namedSetting{"ProbeInterval", "probe-interval", "BREAKER_PROBE_INTERVAL"}, cfg.ProbeInterval != 0 && chosen == amqpChoice},
 	}
 	rabbitOnly := []setBy{
 		{rabbitSettings[1], *b.amqpQueue != ""}, {rabbitSettings[2], *b.amqpDLQ != ""}, {rabbitSettings[3], *b.amqpDeliveryLimit != 0},
@@ -212,6 +211,9 @@ func (b *brokerFlags) othersUnset(chosen namedSetting, cfg sqsworker.Config) err
 	}
 	if err := check(amqpChoice, rabbitOnly); err != nil {
 		return err
+	}
+	if chosen == amqpChoice && cfg.ProbeInterval != 0 {
+		return usagef("BREAKER_PROBE_INTERVAL (-probe-interval) is set, but it applies to SQS and Kafka only: on RabbitMQ the breaker (BREAKER_THRESHOLD) only makes /readyz name the failing dependency")
 	}
 	if chosen == sqsChoice && *b.leaseFor != 0 {
 		return usagef("%s is set, but on SQS the lease is the visibility timeout: set VISIBILITY_TIMEOUT (-visibility-timeout)", leaseSetting)
