@@ -149,8 +149,14 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reasons) != 1 || !strings.HasPrefix(reasons[0], worker.CodePoison) {
-		t.Errorf("dead letters' reasons %q, want one %s", reasons, worker.CodePoison)
+	// The poison has no key, so no claim: on Kafka a rebalance between its
+	// dead-lettering and the commit can dead-letter it twice.
+	poison := len(reasons) > 0
+	for _, r := range reasons {
+		poison = poison && strings.HasPrefix(r, worker.CodePoison)
+	}
+	if !poison {
+		t.Errorf("dead letters' reasons %q, want the %s one alone", reasons, worker.CodePoison)
 	}
 	if done, why, err := b.settled(ctx); err != nil || !done {
 		t.Errorf("after the workers stopped: settled %v (%s), %v", done, why, err)
