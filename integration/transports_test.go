@@ -104,3 +104,24 @@ func TestRunChoosesOneBroker(t *testing.T) {
 		})
 	}
 }
+
+// TestSetupChoosesOneBroker: `worker setup` sets up Kafka or RabbitMQ, not
+// both at once, and refuses SQS's -fifo for them, before dialling anything.
+func TestSetupChoosesOneBroker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"KAFKA_BROKERS=127.0.0.1:1", "AMQP_URL=amqp://127.0.0.1:1/"}, nil, "KAFKA_BROKERS (-kafka-brokers) and AMQP_URL (-amqp-url) are both set"},
+		{[]string{"KAFKA_BROKERS=127.0.0.1:1"}, []string{"-fifo"}, "-fifo (QUEUE_FIFO) is SQS's"},
+		{[]string{"KAFKA_BROKERS=127.0.0.1:1", "KAFKA_PARTITIONS=0"}, nil, "KAFKA_PARTITIONS (-kafka-partitions) 0: must be at least 1"},
+		{[]string{"AMQP_URL=amqp://127.0.0.1:1/", "AMQP_DEAD_LETTER_QUEUE=payments"}, nil, "AMQP_DEAD_LETTER_QUEUE (-amqp-dead-letter-queue) \"payments\": must not be the queue"},
+	} {
+		code, stdout, stderr := runBinary(t, tc.env, append([]string{"setup"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("setup %v with %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, tc.env, code, stdout, stderr, tc.want)
+		}
+	}
+}

@@ -53,6 +53,8 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	switch {
 	case *k.brokers != "" && *r.url != "":
 		return usagef("%s and %s are both set: set one, to set up Kafka or RabbitMQ (neither: SQS)", kafkaChoice, amqpChoice)
+	case (*k.brokers != "" || *r.url != "") && *fifo:
+		return usagef("-fifo (QUEUE_FIFO) is SQS's: not with KAFKA_BROKERS or AMQP_URL")
 	case *k.brokers != "":
 		kout, err := k.setup(ctx, io.stderr)
 		if err != nil {
