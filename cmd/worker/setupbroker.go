@@ -68,7 +68,7 @@ func (k kafkaSetup) setup(ctx context.Context, report io.Writer) ([][2]string, e
 		case err != nil:
 			return nil, fmt.Errorf("setup: create %s %s: %w", t.kind, t.name, err)
 		default:
-			fmt.Fprintf(report, "setup: created %s %s (%d partitions)\n", t.kind, t.name, t.partitions)
+			fmt.Fprintf(report, "setup: created %s %s (%d %s)\n", t.kind, t.name, t.partitions, plural(int(t.partitions), "partition"))
 		}
 	}
 	return [][2]string{{"KAFKA_TOPIC", *k.topic}, {"KAFKA_DEAD_LETTER_TOPIC", *k.dlt}}, nil
@@ -153,4 +153,12 @@ func queuesExist(url string, queues ...string) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// plural is noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
 }
