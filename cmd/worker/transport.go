@@ -136,9 +136,10 @@ type setBy struct {
 
 // choose picks the transport from the settings (cfg holds the SQS and the
 // shared ones), checks the chosen transport's settings as its library
-// does, and returns the setting that chose it and what builds it: a usage error naming the settings
-// when none or more than one broker is chosen, when a setting of another
-// broker is set, or when the library refuses a value.
+// does, and returns the setting that chose it and what builds it; or a
+// usage error naming the settings when none or more than one broker is
+// chosen, when the library refuses a value, or when a setting of another
+// broker is set.
 func (b *brokerFlags) choose(cfg sqsworker.Config, retention time.Duration) (namedSetting, starter, error) {
 	var chosen []namedSetting
 	for _, c := range []setBy{{sqsChoice, cfg.QueueURL != ""}, {kafkaChoice, *b.kafkaBrokers != ""}, {amqpChoice, *b.amqpURL != ""}} {
