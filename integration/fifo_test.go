@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -420,6 +421,7 @@ func TestSetupFIFO(t *testing.T) {
 	var first map[string]string
 	for run := 1; run <= 2; run++ {
 		cmd := exec.Command(workerBin, "setup", "-fifo", "-queue-name", name, "-claim-table", table)
+		cmd.Env = withoutBrokers(os.Environ()) // SQS's setup, whatever else the launchers started
 		out, err := cmd.Output()
 		if err != nil {
 			var stderr []byte

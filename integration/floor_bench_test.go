@@ -152,7 +152,7 @@ func benchWorkerProcess(b *testing.B) benchResult {
 	endpoint := countingProxy(b, aws.ToString(cfg.BaseEndpoint), counter)
 	metricsAddr := lambdaFreePorts(b, 1)[0]
 	cmd := exec.Command(bin, "run")
-	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "QUEUE_URL="+q, "CLAIM_TABLE="+table,
+	cmd.Env = append(withoutBrokers(os.Environ()), "AWS_ENDPOINT_URL="+endpoint, "QUEUE_URL="+q, "CLAIM_TABLE="+table,
 		"PROVIDER_URL="+prov.URL, "WORKER_CONCURRENCY="+strconv.Itoa(benchConcurrency), "LOG_LEVEL=warn",
 		"METRICS_ADDR="+metricsAddr)
 	var log syncbuf.Buffer

@@ -269,7 +269,7 @@ func (e *env) workerEnv(o workerOptions) []string {
 	if o.concurrency == 0 {
 		o.concurrency = 8
 	}
-	env := append(os.Environ(),
+	env := append(withoutBrokers(os.Environ()), // this worker consumes SQS, whatever else the launchers started
 		"QUEUE_URL="+e.queueURL,
 		"CLAIM_TABLE="+e.table,
 		"PROVIDER_URL="+e.provURL,
@@ -285,19 +285,28 @@ func (e *env) workerEnv(o workerOptions) []string {
 // start runs a worker process; it is killed at the end of the test if still running.
 func (e *env) start(name string, o workerOptions, args ...string) *proc {
 	e.t.Helper()
+	p := startProc(e.t, name, e.workerEnv(o), args...)
+	e.procs = append(e.procs, p)
+	return p
+}
+
+// startProc runs the worker binary (args, default run) with env as its
+// whole environment; it is killed at the end of the test if still
+// running, and its log's tail is shown if the test failed.
+func startProc(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
 	if len(args) == 0 {
 		args = []string{"run"}
 	}
 	p := &proc{name: name, cmd: exec.Command(workerBin, args...), log: &syncbuf.Buffer{}, done: make(chan struct{})}
-	p.cmd.Env = e.workerEnv(o)
+	p.cmd.Env = env
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
 	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	e.procs = append(e.procs, p)
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		select {
 		case <-p.done:
 		default:
@@ -305,8 +314,8 @@ func (e *env) start(name string, o workerOptions, args ...string) *proc {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
-		if e.t.Failed() {
-			e.t.Logf("--- %s log (last 40 lines) ---\n%s", p.name, tail(p.log.String(), 40))
+		if t.Failed() {
+			t.Logf("--- %s log (last 40 lines) ---\n%s", p.name, tail(p.log.String(), 40))
 		}
 	})
 	return p

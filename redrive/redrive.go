@@ -104,6 +104,11 @@ type Options struct {
 	MaxBatchBytes int
 }
 
+// Selects reports whether a message with DeadLetterReason reason is to be
+// moved under o's Reasons and ExcludeReasons (NoReason for none): the rule
+// of Move, for a redrive of another broker's dead letters.
+func (o Options) Selects(reason string) bool { return o.selects(reason) }
+
 // selects reports whether a message with DeadLetterReason reason is to be moved.
 func (o Options) selects(reason string) bool {
 	for _, x := range o.ExcludeReasons {

@@ -1,5 +1,5 @@
-// Command worker is the claimfirst binary: a long-polling SQS consumer with
-// exactly-once effects (run), the experiments that explain it (demo), a fake
+// Command worker is the claimfirst binary: an SQS, Kafka or RabbitMQ
+// consumer with exactly-once effects (run), the experiments that explain it (demo), a fake
 // payment provider (provider), and local resource setup (setup). When
 // AWS_LAMBDA_RUNTIME_API is set it serves as a Lambda handler for SQS events.
 package main
@@ -36,12 +36,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"run":      {"consume the queue: claim, charge, complete, ack", cmdRun},
+		"run":      {"consume SQS, Kafka or RabbitMQ (QUEUE_URL, KAFKA_BROKERS or AMQP_URL): claim, charge, complete, ack", cmdRun},
 		"demo":     {"reproduce the experiments that show why claims, leases and keys are needed", cmdDemo},
 		"provider": {"serve the fake payment provider (honours Idempotency-Key, injects faults)", cmdProvider},
-		"setup":    {"create the queue, dead-letter queue and claim table for local development", cmdSetup},
+		"setup":    {"create the queue, dead-letter queue and claim table (Kafka's topics, RabbitMQ's topology) for local development", cmdSetup},
 		"claims":   {"inspect or repair one claim: get, release, complete, forget", cmdClaims},
-		"redrive":  {"move the dead-letter queue's messages back to the queue (-dry-run counts them by reason)", cmdRedrive},
+		"redrive":  {"move the dead-letter queue's messages back to the queue, on SQS or RabbitMQ (-dry-run counts them by reason)", cmdRedrive},
 		"sim":      {"run the simulator's soak: the real worker under seeded faults (needs go and this module's source)", cmdSim},
 		"version":  {"print the module version and the commit it was built from", cmdVersion},
 	}
@@ -96,7 +96,7 @@ func unprefixed(msg string) string {
 }
 
 func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprint(w, `worker: exactly-once effects for an SQS consumer.
+	fmt.Fprint(w, `worker: exactly-once effects for an SQS, Kafka or RabbitMQ consumer.
 
 Usage: worker <command> [flags]   (each flag also reads the environment variable shown in its help)
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/claimfirst/claimfirst/internal/queue"
 	"github.com/claimfirst/claimfirst/redrive"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
@@ -34,6 +35,7 @@ func cmdRedrive(ctx context.Context, args []string, io stdio) error {
 		"or no ORIGINAL_ID_SECRET): they get a new id, so a message_id key changes and a charge can run again; safe only with a payment_id key "+
 		"and only the worker allowed to send to the dead-letter queue")
 	orig := defineOrigin(s)
+	rabbit := defineRabbitRedrive(s)
 	var reasons, excluded stringList
 	s.fs.Var(&reasons, "reason", "move only messages whose DeadLetterReason contains this text, such as a code: poison, key_reused, reconcile, permanent "+
 		"(repeatable; \"none\" matches those SQS moved itself)")
@@ -72,17 +74,36 @@ The runbook's rule is not to redrive key reuse or reconcile messages:
   worker redrive -exclude-reason key_reused -exclude-reason reconcile
 With -dry-run they count what that move would take and leave.
 
+With AMQP_URL (RabbitMQ) it moves the messages of AMQP_QUEUE's dead-letter
+queue (<queue>.dlq) back to AMQP_QUEUE instead: each is published with
+confirms, without the worker's DeadLetter* headers and the broker's x-death,
+then acked; those it leaves are requeued in the dead-letter queue. A
+message the broker dead-lettered itself (the queue's x-delivery-limit) has
+the reason delivery_limit. It looks at most at the messages the dead-letter
+queue held when it started. KAFKA_BROKERS (Kafka) is refused: it cannot move
+Kafka's dead letters yet, and says how to.
+
 `)
 		s.fs.PrintDefaults()
 	}
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
+	if err := redriveBroker(*queueURL, *rabbit.url, io.getenv); err != nil {
 		return err
 	}
 	if *maxN < 0 {
 		return usagef("redrive: -max %d: must not be negative", *maxN)
+	}
+	if *rabbit.url != "" {
+		if *native || *moveUnkeyed {
+			return usagef("redrive: -native and -move-unkeyed are SQS's: not with AMQP_URL")
+		}
+		o := redrive.Options{Max: *maxN, Reasons: reasons.match(), ExcludeReasons: excluded.match()}
+		return rabbit.redrive(ctx, o, *dryRun, io)
+	}
+	if err := require(*queueURL, "queue-url", "QUEUE_URL"); err != nil {
+		return err
 	}
 	if *native && *maxN > 0 && !*dryRun {
 		return usagef("redrive: -max is not available with -native: SQS's move task moves every message")
@@ -133,14 +154,7 @@ With -dry-run they count what that move would take and leave.
 		if len(reasons)+len(excluded) > 0 {
 			fmt.Fprintf(io.stdout, "with -reason and -exclude-reason: would move %d messages, would leave %d for their reason\n", c.Selected, c.Filtered)
 		}
-		for _, cat := range reasonCategories(c.ByReason) {
-			fmt.Fprintf(io.stdout, "%6d  %s\n", cat.count, cat.name)
-			if cat.kinds > 1 {
-				fmt.Fprintf(io.stdout, "        %d different reasons, e.g. %s\n", cat.kinds, cat.example)
-			} else if cat.example != cat.name {
-				fmt.Fprintf(io.stdout, "        %s\n", cat.example)
-			}
-		}
+		printReasons(io.stdout, c.ByReason)
 		return nil
 	}
 
@@ -174,6 +188,19 @@ With -dry-run they count what that move would take and leave.
 		return fmt.Errorf("redrive: %d failed: %w", r.Failed, err)
 	}
 	return nil
+}
+
+// printReasons lists the dead letters' counts by reason category, the
+// most frequent first.
+func printReasons(w io.Writer, byReason map[string]int) {
+	for _, cat := range reasonCategories(byReason) {
+		fmt.Fprintf(w, "%6d  %s\n", cat.count, cat.name)
+		if cat.kinds > 1 {
+			fmt.Fprintf(w, "        %d different reasons, e.g. %s\n", cat.kinds, cat.example)
+		} else if cat.example != cat.name {
+			fmt.Fprintf(w, "        %s\n", cat.example)
+		}
+	}
 }
 
 // printForeign names the queues other than the source whose messages SQS
@@ -355,4 +382,22 @@ func reasonCategories(byReason map[string]int) []reasonCategory {
 	}
 	slices.SortStableFunc(cats, func(a, b reasonCategory) int { return b.count - a.count })
 	return cats
+}
+
+// redriveBroker refuses a redrive on Kafka, which it cannot do yet, saying
+// where the dead letters are and how to move them by hand, and a redrive
+// with more than one broker named.
+func redriveBroker(queueURL, amqpURL string, getenv func(string) string) error {
+	kafka := getenv(kafkaChoice.env) != ""
+	switch {
+	case queueURL != "" && (kafka || amqpURL != ""), kafka && amqpURL != "":
+		return usagef("redrive: more than one of QUEUE_URL, KAFKA_BROKERS and AMQP_URL is set: set the one whose dead letters to move")
+	case kafka:
+		return usagef("redrive: cannot move dead letters back on Kafka yet: they are records of the dead-letter topic (<topic>%s), "+
+			"each with its reason, key and original topic, partition and offset in the headers %s, %s, %s, %s and %s; "+
+			"produce the values of those to move back to the topic again (a payment already charged is replayed, not charged)",
+			kafkaworker.DeadLetterSuffix, kafkaworker.HeaderReason, kafkaworker.HeaderKey, kafkaworker.HeaderTopic,
+			kafkaworker.HeaderPartition, kafkaworker.HeaderOffset)
+	}
+	return nil
 }

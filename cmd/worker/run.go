@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -25,6 +25,7 @@ import (
 	"github.com/claimfirst/claimfirst/payment"
 	"github.com/claimfirst/claimfirst/provider"
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
@@ -35,9 +36,13 @@ type appSettings struct {
 	retention, providerTimeout, keyLifetime                             *time.Duration
 	providerAttempts                                                    *int
 	lookup, allowHTTP, strict                                           *bool
-	ledger                                                              ledgerSettings
-	pg                                                                  pgSettings
-	origin                                                              originSettings
+	// broker is the broker `worker run` consumes (sqsChoice for the
+	// Lambda mode): on Kafka and RabbitMQ with PostgreSQL's claims nothing
+	// needs an AWS region.
+	broker namedSetting
+	ledger ledgerSettings
+	pg     pgSettings
+	origin originSettings
 }
 
 func defineApp(s *settings) *appSettings {
@@ -50,7 +55,7 @@ func defineApp(s *settings) *appSettings {
 		providerKey:       s.Secret("provider-api-key", "PROVIDER_API_KEY", "payment provider API key, sent as a bearer token; never printed"),
 		keyFrom:           s.String("key-from", "IDEMPOTENCY_KEY_FROM", "payment_id", "idempotency key: payment_id, message_id, attribute:NAME or jmespath:EXPR"),
 		logLevel:          s.String("log-level", "LOG_LEVEL", "info", "debug, info, warn or error"),
-		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: queue retention + DLQ retention + 24h)"),
+		retention:         s.Duration("claim-retention", "CLAIM_RETENTION", 0, "how long completed keys are remembered (default: SQS the queue's retention + the DLQ's + 24h; Kafka the topic's retention.ms + HOLD_FOR + lease + 1h; RabbitMQ: required)"),
 		providerTimeout:   s.Duration("provider-timeout", "PROVIDER_TIMEOUT", 10*time.Second, "per-request timeout to the provider"),
 		providerAttempts:  s.Int("provider-attempts", "PROVIDER_ATTEMPTS", 4, "attempts per charge, with the same key, before the message is retried"),
 		keyLifetime:       s.Duration("provider-key-lifetime", "PROVIDER_KEY_LIFETIME", payment.DefaultKeyLifetime, "how long the provider remembers an idempotency key; later retries are looked up first"),
@@ -58,6 +63,7 @@ func defineApp(s *settings) *appSettings {
 		ledger:            defineLedger(s),
 		pg:                definePostgres(s),
 		origin:            defineOrigin(s),
+		broker:            sqsChoice,
 		strict:            s.Bool("payment-strict", "PAYMENT_STRICT", false, "dead-letter payment messages with fields other than payment_id, amount and currency (false: ignore them, logging each name once)"),
 	}
 }
@@ -169,7 +175,11 @@ func (a *appSettings) build(ctx context.Context, io stdio) (*app, error) {
 	if ap.originID, err = a.origin.secret(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if keyFrom == payment.KeyMessageID && ap.originID == "" {
+	switch {
+	case keyFrom == payment.KeyMessageID && a.broker == kafkaChoice:
+		log.Warn("IDEMPOTENCY_KEY_FROM=message_id on Kafka keys a record by its offset (topic/partition/offset): " +
+			"it catches a redelivery, not a producer's retry, which lands at a new offset; key by payment_id")
+	case keyFrom == payment.KeyMessageID && ap.originID == "" && a.broker == sqsChoice:
 		log.Warn("IDEMPOTENCY_KEY_FROM=message_id without ORIGINAL_ID_SECRET: a redriven message is keyed by its new id, " +
 			"so a dead letter moved back by worker redrive can run again; set ORIGINAL_ID_SECRET (the same for every worker and the redrive)")
 	}
@@ -199,11 +209,15 @@ func (a *appSettings) logger(io stdio) (*slog.Logger, error) {
 // claimStore loads the AWS configuration (with tracing) and returns the
 // claim store on CLAIM_TABLE: DynamoDB's, or PostgreSQL's for STORE=postgres.
 func (a *appSettings) claimStore(ctx context.Context, io stdio) (aws.Config, *tracing, claimstore.Store, error) {
-	cfg, tr, err := loadTracedAWS(ctx, io)
+	isPG, _ := a.pg.postgres()
+	// Kafka or RabbitMQ with PostgreSQL's claims may run without AWS at
+	// all: the region is then needed only to read a secret from Secrets
+	// Manager, whose call says so.
+	cfg, tr, err := loadTracedAWS(ctx, io, isPG && a.broker != sqsChoice)
 	if err != nil {
 		return aws.Config{}, nil, nil, err
 	}
-	if isPG, _ := a.pg.postgres(); isPG {
+	if isPG {
 		store, _, err := a.pg.postgresStore(ctx, *a.table, *a.keyPrefix)
 		if err != nil {
 			return aws.Config{}, nil, nil, err
@@ -233,8 +247,10 @@ func startError(err error) error {
 	switch {
 	case errors.As(err, &re):
 		return usagef("CLAIM_RETENTION (-claim-retention): %v", re)
+	case errors.Is(err, kafkaworker.ErrRetention):
+		return usagef("CLAIM_RETENTION (-claim-retention): %v", unprefixed(err.Error()))
 	case errors.Is(err, worker.ErrConfig):
-		return reword(err)
+		return reword(err, append(kafkaSettings, rabbitSettings...)...)
 	}
 	return err
 }
@@ -242,8 +258,8 @@ func startError(err error) error {
 // loadTracedAWS is loadAWS with the OTEL_* settings' tracing set up; clients
 // made with its dynamoDB and sqs options are traced by it (when they turn
 // it on).
-func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) {
-	cfg, err := loadAWS(ctx)
+func loadTracedAWS(ctx context.Context, io stdio, regionOptional bool) (aws.Config, *tracing, error) {
+	cfg, err := loadAWSConfig(ctx, regionOptional)
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
@@ -254,13 +270,17 @@ func loadTracedAWS(ctx context.Context, io stdio) (aws.Config, *tracing, error) 
 	return cfg, tr, nil
 }
 
-// loadAWS reads the SDK's standard configuration chain.
-func loadAWS(ctx context.Context) (aws.Config, error) {
+// loadAWS reads the SDK's standard configuration chain, which must name a
+// region.
+func loadAWS(ctx context.Context) (aws.Config, error) { return loadAWSConfig(ctx, false) }
+
+// loadAWSConfig is loadAWS, with the region optional if regionOptional.
+func loadAWSConfig(ctx context.Context, regionOptional bool) (aws.Config, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(sqsworker.HTTPClient(256)))
 	if err != nil {
 		return aws.Config{}, usagef("AWS configuration: %v", err)
 	}
-	if cfg.Region == "" {
+	if cfg.Region == "" && !regionOptional {
 		return aws.Config{}, usagef("AWS_REGION is not set (nor a region in the AWS config file)")
 	}
 	return cfg, nil
@@ -269,16 +289,34 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 func cmdRun(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("run", io)
 	setWorker := defineWorkerSettings(s)
+	brokers := defineBrokerFlags(s)
 	metricsAddr := s.String("metrics-addr", "METRICS_ADDR", "", "serve /metrics, /healthz and /readyz here (empty: off)")
 	a := defineApp(s)
+	s.fs.Usage = func() {
+		fmt.Fprint(s.fs.Output(), `Usage: worker run [flags]
+
+Consumes one broker, chosen by which of these is set (exactly one):
+  QUEUE_URL      an SQS queue (its redrive policy names the dead-letter queue)
+  KAFKA_BROKERS  a Kafka topic, KAFKA_TOPIC, in the consumer group KAFKA_GROUP
+                 (dead letters to KAFKA_DEAD_LETTER_TOPIC, default <topic>-dlt)
+  AMQP_URL       a RabbitMQ queue, AMQP_QUEUE, declared by worker setup (dead
+                 letters to <queue>.dlq); CLAIM_RETENTION is required
+Each message is claimed, charged through the provider and completed, with
+the same claim store, provider, metrics and /readyz whatever the broker.
+
+`)
+		s.fs.PrintDefaults()
+	}
 	if err := s.Parse(args); err != nil {
 		return err
 	}
 	var cfg sqsworker.Config
 	setWorker(&cfg)
-	// The library's own checks, before anything is built or dialled.
-	if err := cfg.CheckSettings(); err != nil {
-		return reword(err)
+	var start starter
+	var err error
+	a.broker, start, err = brokers.choose(cfg, *a.retention)
+	if err != nil {
+		return err
 	}
 	ap, err := a.build(ctx, io)
 	if err != nil {
@@ -294,12 +332,13 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := worker.NewMetrics(reg)
 
-	// Reading the queue can take a while against a cold endpoint; SIGTERM
-	// still ends it.
-	cfg.SQS, cfg.Store, cfg.Handler, cfg.Decoder = sqs.NewFromConfig(ap.aws, ap.tracing.sqs), ap.store, ap.handler, ap.decoder
-	cfg.Retention, cfg.Logger, cfg.Metrics, cfg.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
-	cfg.OriginalIDSecret = ap.originID
-	w, err := sqsworker.New(ctx, cfg)
+	p := cfg.Protocol // the shared settings: WORKER_OWNER, OUTAGE_COVER
+	p.Store, p.Handler, p.Decoder = ap.store, ap.handler, ap.decoder
+	p.Retention, p.Logger, p.Metrics, p.TracerProvider = *a.retention, ap.log, metrics, ap.tracing.TracerProvider()
+	p.OriginalIDSecret = ap.originID
+	// Reading the queue or the topic can take a while against a cold
+	// endpoint; SIGTERM still ends it.
+	c, err := start(ctx, ap, p)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, worker.ErrConfig) {
 			return nil // stopped while reading the queue
@@ -307,7 +346,6 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		return startError(err)
 	}
 
-	ap.warnKeyLifetime(w.Queue())
 	if ap.client != nil {
 		registerProviderMetrics(reg, ap.client)
 		metrics.KnownDependencies("provider")
@@ -319,7 +357,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 		}, func() float64 { return float64(d.UnknownFields()) }))
 	}
 	if *metricsAddr != "" {
-		srv, err := serveMetrics(*metricsAddr, reg, w, ap.log)
+		srv, err := serveMetrics(*metricsAddr, c.handler(reg), ap.log)
 		if err != nil {
 			return usagef("METRICS_ADDR (-metrics-addr) %q: %v", *metricsAddr, err)
 		}
@@ -329,17 +367,18 @@ func cmdRun(ctx context.Context, args []string, io stdio) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	return w.Run(ctx)
+	return c.run(ctx)
 }
 
-// serveMetrics serves w.HTTPHandler: /metrics, /healthz (the process is up)
-// and /readyz (polling, not stopping, and no dependency breaker open).
-func serveMetrics(addr string, reg *prometheus.Registry, w *sqsworker.Worker, log *slog.Logger) (*http.Server, error) {
+// serveMetrics serves the transport's operational endpoints (h, from
+// worker.HTTPHandler): /metrics, /healthz (the process is up) and /readyz
+// (consuming, not stopping, and no dependency breaker open).
+func serveMetrics(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: w.HTTPHandler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", slog.Any("error", err))

@@ -27,7 +27,10 @@ import (
 // idempotently, wherever the SDK's configuration points (AWS_ENDPOINT_URL
 // for an emulator). With -fifo both queues are FIFO queues (".fifo" is
 // added to names that lack it) without content-based deduplication:
-// producers give each message a deduplication id.
+// producers give each message a deduplication id. With KAFKA_BROKERS set
+// it creates the Kafka topic and its dead-letter topic instead of the
+// queues, and with AMQP_URL set it declares the RabbitMQ topology
+// (rabbitworker.Setup); the claim table is created either way.
 func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	s := newSettings("setup", io)
 	queue := s.String("queue-name", "QUEUE_NAME", "payments", "source queue name")
@@ -40,86 +43,42 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	export := s.fs.Bool("export", false, `print "export NAME=value" lines, for eval "$(worker setup -export)"`)
 	fifo := s.Bool("fifo", "QUEUE_FIFO", false, "create FIFO queues (<queue-name>.fifo, <queue-name>-dlq.fifo), without content-based deduplication")
 	pg := s.fs.Bool("postgres", false, "create the claim table (and the ledger's tables) in PostgreSQL on DATABASE_URL instead of DynamoDB, for STORE=postgres")
+	k := defineKafkaSetup(s)
+	r := defineRabbitSetup(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	*fifo = *fifo || strings.HasSuffix(*queue, fifoSuffix) // SQS would refuse a standard queue so named
-	base := strings.TrimSuffix(*queue, fifoSuffix)
-	if *dlq == "" {
-		*dlq = base + "-dlq"
-	}
-	fifoAttrs := map[string]string{}
-	if *fifo {
-		*queue, *dlq = base+fifoSuffix, strings.TrimSuffix(*dlq, fifoSuffix)+fifoSuffix
-		fifoAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
-		fifoAttrs[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
-	}
-	if *visibility < 0 || *visibility > sqsworker.MaxVisibility || *visibility%time.Second != 0 {
-		return usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to %s", *visibility, sqsworker.MaxVisibility)
-	}
-	if *retention < time.Minute || *retention > 14*24*time.Hour || *retention%time.Second != 0 {
-		return usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", *retention)
-	}
-	if *maxReceives == 0 {
-		*maxReceives = standardMaxReceiveCount
-		if *fifo {
-			*maxReceives = sqsworker.FIFOMaxReceiveCount
-		}
-	}
-	if *maxReceives < 1 || *maxReceives > 1000 {
-		return usagef("MAX_RECEIVE_COUNT (-max-receive-count) %d: must be 1 to 1000", *maxReceives)
-	}
-	cfg, err := loadAWS(ctx)
-	if err != nil {
-		return err
-	}
-	sq := sqs.NewFromConfig(cfg)
-	dlqURL, err := createQueue(ctx, sq, *dlq, withAttrs(fifoAttrs, map[string]string{
-		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600),
-	}), io.stderr)
-	if err != nil {
-		return err
-	}
-	arn, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
-	})
-	if err != nil {
-		return fmt.Errorf("setup: dead-letter queue ARN: %w", err)
-	}
-	dlqARN := arn.Attributes[string(types.QueueAttributeNameQueueArn)]
-	if err := allowOnlySource(ctx, sq, dlqURL, *dlq, dlqARN, *queue, io.stderr); err != nil {
-		return err
-	}
-	policy, _ := json.Marshal(map[string]string{
-		"deadLetterTargetArn": dlqARN,
-		"maxReceiveCount":     strconv.Itoa(*maxReceives),
-	})
-	queueURL, err := createQueue(ctx, sq, *queue, withAttrs(fifoAttrs, map[string]string{
-		string(types.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(visibility.Seconds())),
-		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(retention.Seconds())),
-		string(types.QueueAttributeNameRedrivePolicy):          string(policy),
-	}), io.stderr)
-	if err != nil {
-		return err
-	}
-	ddb := dynamodb.NewFromConfig(cfg)
-	if *pg {
-		if err := setupPostgres(ctx, s, *table, *ledgerTable, io.stderr); err != nil {
+	var out [][2]string
+	var cfg *aws.Config // loaded for SQS, or for the DynamoDB tables
+	switch {
+	case *k.brokers != "" && *r.url != "":
+		return usagef("%s and %s are both set: set one, to set up Kafka or RabbitMQ (neither: SQS)", kafkaChoice, amqpChoice)
+	case (*k.brokers != "" || *r.url != "") && *fifo:
+		return usagef("-fifo (QUEUE_FIFO) is SQS's: not with KAFKA_BROKERS or AMQP_URL")
+	case *k.brokers != "":
+		kout, err := k.setup(ctx, io.stderr)
+		if err != nil {
 			return err
 		}
-	} else if err := createTable(ctx, ddb, "claim table", *table, io.stderr, func() error {
-		return dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: *table})
-	}); err != nil {
-		return err
-	}
-	if *ledgerTable != "" && !*pg {
-		if err := createTable(ctx, ddb, "ledger table", *ledgerTable, io.stderr, func() error {
-			return ledger.CreateTable(ctx, ddb, *ledgerTable)
-		}); err != nil {
+		out = kout
+	case *r.url != "":
+		rout, err := r.setup(ctx, io.stderr)
+		if err != nil {
 			return err
 		}
+		out = rout
+	default:
+		sout, scfg, err := setupSQS(ctx, sqsSetup{queue: *queue, dlq: *dlq, visibility: *visibility, retention: *retention,
+			maxReceives: *maxReceives, fifo: *fifo}, io.stderr)
+		if err != nil {
+			return err
+		}
+		out, cfg = sout, &scfg
 	}
-	out := [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}, {"CLAIM_TABLE", *table}}
+	if err := setupTables(ctx, s, cfg, *pg, *table, *ledgerTable, io.stderr); err != nil {
+		return err
+	}
+	out = append(out, [2]string{"CLAIM_TABLE", *table})
 	if *ledgerTable != "" {
 		out = append(out, [2]string{"LEDGER_TABLE", *ledgerTable})
 	}
@@ -132,6 +91,106 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 		} else {
 			fmt.Fprintf(io.stdout, "%s=%s\n", kv[0], kv[1])
 		}
+	}
+	return nil
+}
+
+// sqsSetup are the settings of SQS's setup.
+type sqsSetup struct {
+	queue, dlq            string
+	visibility, retention time.Duration
+	maxReceives           int
+	fifo                  bool
+}
+
+// setupSQS creates the queue and its dead-letter queue, and returns their
+// URLs to print and the AWS configuration it loaded.
+func setupSQS(ctx context.Context, o sqsSetup, report io.Writer) ([][2]string, aws.Config, error) {
+	o.fifo = o.fifo || strings.HasSuffix(o.queue, fifoSuffix) // SQS would refuse a standard queue so named
+	base := strings.TrimSuffix(o.queue, fifoSuffix)
+	if o.dlq == "" {
+		o.dlq = base + "-dlq"
+	}
+	fifoAttrs := map[string]string{}
+	if o.fifo {
+		o.queue, o.dlq = base+fifoSuffix, strings.TrimSuffix(o.dlq, fifoSuffix)+fifoSuffix
+		fifoAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
+		fifoAttrs[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
+	}
+	if o.visibility < 0 || o.visibility > sqsworker.MaxVisibility || o.visibility%time.Second != 0 {
+		return nil, aws.Config{}, usagef("VISIBILITY_TIMEOUT (-visibility-timeout) %s: must be whole seconds up to %s", o.visibility, sqsworker.MaxVisibility)
+	}
+	if o.retention < time.Minute || o.retention > 14*24*time.Hour || o.retention%time.Second != 0 {
+		return nil, aws.Config{}, usagef("QUEUE_RETENTION (-queue-retention) %s: must be whole seconds from 1m to 336h", o.retention)
+	}
+	if o.maxReceives == 0 {
+		o.maxReceives = standardMaxReceiveCount
+		if o.fifo {
+			o.maxReceives = sqsworker.FIFOMaxReceiveCount
+		}
+	}
+	if o.maxReceives < 1 || o.maxReceives > 1000 {
+		return nil, aws.Config{}, usagef("MAX_RECEIVE_COUNT (-max-receive-count) %d: must be 1 to 1000", o.maxReceives)
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, aws.Config{}, err
+	}
+	sq := sqs.NewFromConfig(cfg)
+	dlqURL, err := createQueue(ctx, sq, o.dlq, withAttrs(fifoAttrs, map[string]string{
+		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600),
+	}), report)
+	if err != nil {
+		return nil, aws.Config{}, err
+	}
+	arn, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return nil, aws.Config{}, fmt.Errorf("setup: dead-letter queue ARN: %w", err)
+	}
+	dlqARN := arn.Attributes[string(types.QueueAttributeNameQueueArn)]
+	if err := allowOnlySource(ctx, sq, dlqURL, o.dlq, dlqARN, o.queue, report); err != nil {
+		return nil, aws.Config{}, err
+	}
+	policy, _ := json.Marshal(map[string]string{
+		"deadLetterTargetArn": dlqARN,
+		"maxReceiveCount":     strconv.Itoa(o.maxReceives),
+	})
+	queueURL, err := createQueue(ctx, sq, o.queue, withAttrs(fifoAttrs, map[string]string{
+		string(types.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(o.visibility.Seconds())),
+		string(types.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(o.retention.Seconds())),
+		string(types.QueueAttributeNameRedrivePolicy):          string(policy),
+	}), report)
+	if err != nil {
+		return nil, aws.Config{}, err
+	}
+	return [][2]string{{"QUEUE_URL", queueURL}, {"DLQ_URL", dlqURL}}, cfg, nil
+}
+
+// setupTables creates the claim table (and the ledger's, if named): in
+// PostgreSQL with pg, else in DynamoDB with cfg (loaded here if nil).
+func setupTables(ctx context.Context, s *settings, cfg *aws.Config, pg bool, table, ledgerTable string, report io.Writer) error {
+	if pg {
+		return setupPostgres(ctx, s, table, ledgerTable, report)
+	}
+	if cfg == nil {
+		c, err := loadAWS(ctx)
+		if err != nil {
+			return err
+		}
+		cfg = &c
+	}
+	ddb := dynamodb.NewFromConfig(*cfg)
+	if err := createTable(ctx, ddb, "claim table", table, report, func() error {
+		return dynamo.CreateTable(ctx, ddb, dynamo.TableSpec{Name: table})
+	}); err != nil {
+		return err
+	}
+	if ledgerTable != "" {
+		return createTable(ctx, ddb, "ledger table", ledgerTable, report, func() error {
+			return ledger.CreateTable(ctx, ddb, ledgerTable)
+		})
 	}
 	return nil
 }

@@ -92,8 +92,9 @@ func defineWorkerSettings(s *settings) func(*sqsworker.Config) {
 // reword names the settings of the library's validation errors in err as
 // the binary's user knows them, by environment variable and flag (others,
 // set by the binary itself, keep the field's name), as one usage error;
-// err is the library's ErrConfig.
-func reword(err error) error {
+// err is the library's ErrConfig. names are the transport's own settings,
+// beside the shared ones of workerSettings.
+func reword(err error, names ...namedSetting) error {
 	fes := setting.Errors(err)
 	if len(fes) == 0 {
 		return usagef("%v", err)
@@ -104,6 +105,11 @@ func reword(err error) error {
 		for _, r := range workerSettings {
 			if r.field == fe.Field {
 				name = fmt.Sprintf("%s (-%s)", r.env, r.flag)
+			}
+		}
+		for _, n := range names {
+			if n.field == fe.Field {
+				name = n.String()
 			}
 		}
 		renamed := *fe

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/claimfirst/claimfirst/worker"
+	"github.com/claimfirst/claimfirst/worker/kafkaworker"
+	"github.com/claimfirst/claimfirst/worker/rabbitworker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
 
@@ -76,7 +78,7 @@ func TestLibraryErrorsNameTheSetting(t *testing.T) {
 		}
 	}
 	code, _, stderr := runWorker(t, map[string]string{"CLAIM_TABLE": "claims"}, "run")
-	if code != 2 || !strings.Contains(stderr, "QUEUE_URL (-queue-url) is required") {
+	if code != 2 || !strings.Contains(stderr, "exactly one of QUEUE_URL (-queue-url), KAFKA_BROKERS (-kafka-brokers) or AMQP_URL (-amqp-url)") {
 		t.Errorf("no QUEUE_URL: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -110,7 +112,22 @@ func TestREADMESettingsTable(t *testing.T) {
 		"OutageCover": worker.DefaultOutageCover, "HoldFor": sqsworker.DefaultHoldFor,
 		"BreakerThreshold": sqsworker.DefaultBreakerThreshold, "ProbeInterval": sqsworker.DefaultProbeInterval,
 	}
+	// The Kafka and RabbitMQ settings, by variable: their fields' names
+	// overlap (Lease, Retention), their defaults do not.
+	brokerDefaults := map[string]any{
+		"KAFKA_SESSION_TIMEOUT": kafkaworker.DefaultSessionTimeout, "KAFKA_REBALANCE_TIMEOUT": kafkaworker.DefaultRebalanceTimeout,
+		"AMQP_DELIVERY_LIMIT": rabbitworker.DefaultDeliveryLimit, "AMQP_CONSUMER_TIMEOUT": rabbitworker.DefaultConsumerTimeout,
+		"AMQP_MAX_RETURN_DELAY": rabbitworker.DefaultMaxReturnDelay,
+	}
+	type row struct{ field, flag, env string }
+	var all []row
 	for _, r := range workerSettings {
+		all = append(all, row{r.field, r.flag, r.env})
+	}
+	for _, n := range append(append([]namedSetting{}, kafkaSettings...), rabbitSettings...) {
+		all = append(all, row{"", n.flag, n.env})
+	}
+	for _, r := range all {
 		cells, ok := rows[r.env]
 		if !ok {
 			t.Errorf("README: no row for %s", r.env)
@@ -120,6 +137,9 @@ func TestREADMESettingsTable(t *testing.T) {
 			t.Errorf("README: %s's flag is %q, want -%s", r.env, cells[1], r.flag)
 		}
 		want, ok := defaults[r.field]
+		if r.field == "" {
+			want, ok = brokerDefaults[r.env]
+		}
 		if !ok {
 			continue
 		}
@@ -137,6 +157,22 @@ func TestREADMESettingsTable(t *testing.T) {
 		}
 		if err != nil || got != want {
 			t.Errorf("README: %s's default is %q, the library's is %v", r.env, cells[3], want)
+		}
+	}
+}
+
+// TestRunHelpNamesEveryBroker: `worker run -h` says how the broker is
+// chosen and lists every Kafka and RabbitMQ setting by variable.
+func TestRunHelpNamesEveryBroker(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runWorker(t, nil, "run", "-h")
+	if code != 0 || !strings.Contains(stdout, "exactly one") {
+		t.Fatalf("run -h: exit %d, stdout %q", code, stdout)
+	}
+	for _, n := range append(append([]namedSetting{sqsChoice}, kafkaSettings...), rabbitSettings...) {
+		listed := strings.Contains(stdout, "  -"+n.flag+" ") || strings.Contains(stdout, "  -"+n.flag+"\n")
+		if !listed || !strings.Contains(stdout, "(env "+n.env+")") {
+			t.Errorf("run -h lacks -%s (env %s)", n.flag, n.env)
 		}
 	}
 }

@@ -115,7 +115,6 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		cl.Close()
 		return nil, err
 	}
-	w.cfg = cfg
 	eng, err := worker.NewEngine(w.cfg.Protocol, worker.EngineOptions{
 		System: System, MaxHoldBackoff: cfg.MaxHoldBackoff, BreakerThreshold: cfg.BreakerThreshold,
 	})
@@ -141,7 +140,7 @@ func (w *Worker) checkTopics(ctx context.Context, adm *kadm.Client) error {
 		err = rc.Err
 	}
 	if err != nil {
-		return fmt.Errorf("kafkaworker: topic %s: %w", w.cfg.Topic, err)
+		return fmt.Errorf("kafkaworker: topic %s: %w (create it: worker setup)", w.cfg.Topic, err)
 	}
 	if d, err := rcs.On(w.cfg.DeadLetterTopic, nil); err != nil || d.Err != nil {
 		return fmt.Errorf("kafkaworker: DeadLetterTopic %s: %w (create it: worker setup)", w.cfg.DeadLetterTopic, errors.Join(err, d.Err))

@@ -147,6 +147,18 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Metrics == nil {
+		c.Metrics = worker.NewMetrics(nil) // one set for the engine and the transport's own counts
+	}
+}
+
+// CheckSettings validates c's settings (not its clients: Store, Handler)
+// with their defaults, as New does before it connects, and without
+// connecting: the binary checks its flags and environment with it. The
+// errors are field errors under worker.ErrConfig.
+func (c Config) CheckSettings() error {
+	c.setDefaults()
+	return c.validate()
 }
 
 // validate names every bad field, joined under worker.ErrConfig. The

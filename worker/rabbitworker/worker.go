@@ -463,7 +463,7 @@ func (s *settler) DeadLetter(reason string) bool {
 	}
 	err := s.publish(pubID, msg)
 	if err != nil {
-		s.log.Error("dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
+		s.w.cfg.Metrics.Record(s.log, slog.LevelError, worker.OutcomeSendFailed, "dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
 			slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue), slog.Any("error", err))
 		if ch := s.channel(); ch != nil {
 			_ = ch.Reject(s.d.DeliveryTag, true)
@@ -478,7 +478,8 @@ func (s *settler) DeadLetter(reason string) bool {
 		s.log.Warn("ack after dead-lettering failed: the redelivery is dead-lettered again", slog.Any("error", err))
 		return false
 	}
-	s.log.Warn("dead-lettered", slog.String("reason", reason), slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue))
+	s.w.cfg.Metrics.Record(s.log, slog.LevelWarn, worker.OutcomeDeadLettered, "dead-lettered",
+		slog.String("reason", reason), slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue))
 	return true
 }
 
