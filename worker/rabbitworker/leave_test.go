@@ -88,8 +88,7 @@ func TestLeftDeliveryComesBack(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			cancel()
-			<-done
-			t.Fatalf("not completed 15s after a left delivery (lease 1s): %d runs, claim %+v, %v", runs.Load(), c, err)
+			t.Fatalf("not completed 15s after a left delivery (lease 1s): %d runs, claim %+v, %v; Run: %v", runs.Load(), c, err, <-done)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
