@@ -172,7 +172,9 @@ func buildInFreshModule(t *testing.T, name string) string {
 func setupExport(t *testing.T) map[string]string {
 	t.Helper()
 	name, table := awstest.Name("quickstart"), awstest.Name("claims")
-	out, err := exec.Command(workerBin, "setup", "-export", "-queue-name", name, "-claim-table", table).Output()
+	cmd := exec.Command(workerBin, "setup", "-export", "-queue-name", name, "-claim-table", table)
+	cmd.Env = withoutBrokers(os.Environ()) // the SQS queue, as the quick start's reader sets up
+	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -214,7 +216,7 @@ type example struct {
 func startExample(t *testing.T, bin string, env ...string) *example {
 	t.Helper()
 	p := &example{cmd: exec.Command(bin), log: &syncbuf.Buffer{}, exited: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = append(withoutBrokers(os.Environ()), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
