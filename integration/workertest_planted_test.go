@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/claimfirst/claimfirst/claimstore"
 	"github.com/claimfirst/claimfirst/internal/awstest"
@@ -24,7 +25,16 @@ import (
 func TestWorkertestPlantedFaults(t *testing.T) {
 	awstest.Config(t) // skips without the emulator
 	t.Parallel()
-	for _, c := range plantedFaults() {
+	runPlanted(t, plantedFaults(), func(t workertest.T, o workertest.Options) workertest.Harness {
+		return newLongPollDoor(t, o)
+	})
+}
+
+// runPlanted runs each fault's scenario against the harnesses newHarness
+// makes, with the fault planted and every capability declared present:
+// each must fail.
+func runPlanted(t *testing.T, faults []plantedFault, newHarness workertest.NewHarness) {
+	for _, c := range faults {
 		t.Run(c.scenario, func(t *testing.T) {
 			t.Parallel()
 			var sc workertest.Scenario
@@ -36,12 +46,12 @@ func TestWorkertestPlantedFaults(t *testing.T) {
 			if sc.Run == nil {
 				t.Fatalf("no scenario %s", c.scenario)
 			}
-			newHarness := func(t workertest.T, o workertest.Options) workertest.Harness {
-				m := &plantedDoor{door: newLongPollDoor(t, o)}
+			planted := func(t workertest.T, o workertest.Options) workertest.Harness {
+				m := &plantedDoor{Harness: newHarness(t, o)}
 				c.plant(m)
 				return m
 			}
-			r := workertest.Check(t, c.scenario, newHarness, sc.Options, sc.Run)
+			r := workertest.Check(t, c.scenario, planted, sc.Options, sc.Run)
 			switch {
 			case r.Skipped != "":
 				t.Errorf("%s skipped against %q: %s", c.scenario, c.fault, r.Skipped)
@@ -64,7 +74,9 @@ type plantedFault struct {
 func plantedFaults() []plantedFault {
 	return []plantedFault{
 		{"DuplicateWhileRunning", "a key held elsewhere is taken over at once (two runs at a time)", func(m *plantedDoor) {
-			m.store = func(s claimstore.Store) claimstore.Store { return &stealingStore{Store: s, admin: m.door.store} }
+			m.store = func(s claimstore.Store) claimstore.Store {
+				return &stealingStore{Store: s, admin: m.Harness.Store().(claimstore.Admin)}
+			}
 		}},
 		{"CrashBeforeAck", "completing writes nothing (acks before the claim is completed)", func(m *plantedDoor) {
 			m.store = func(s claimstore.Store) claimstore.Store { return noCompleteStore{s} }
@@ -124,16 +136,19 @@ func plantedFaults() []plantedFault {
 				})
 			}
 		}},
-		{"Ordering", "each message is sent in a group of its own (order is lost)", func(m *plantedDoor) {
+		{"Ordering", "each message is sent in a group of its own, or (RabbitMQ) many delivered at once: order is lost", func(m *plantedDoor) {
 			m.splitGroups = true
+			if d, ok := m.Harness.(*rabbitDoor); ok {
+				d.ordered = false // a queue keeps its order only to a consumer with one delivery in flight
+			}
 		}},
 	}
 }
 
-// plantedDoor is the long-poll harness with a fault planted, and every
+// plantedDoor is a transport's harness with a fault planted, and every
 // capability declared present.
 type plantedDoor struct {
-	*door
+	workertest.Harness
 	store       func(claimstore.Store) claimstore.Store
 	handler     func(worker.Handler) worker.Handler
 	decoder     func(worker.Decoder) worker.Decoder
@@ -155,14 +170,14 @@ func (m *plantedDoor) Start(ctx context.Context, p worker.Protocol) (workertest.
 	if m.decoder != nil {
 		p.Decoder = m.decoder(p.Decoder)
 	}
-	return m.door.Start(ctx, p)
+	return m.Harness.Start(ctx, p)
 }
 
 func (m *plantedDoor) Send(ctx context.Context, msg workertest.Message) error {
 	if m.splitGroups && msg.Group != "" {
 		msg.Group = fmt.Sprintf("%s-%d", msg.Group, m.sent.Add(1))
 	}
-	return m.door.Send(ctx, msg)
+	return m.Harness.Send(ctx, msg)
 }
 
 func (m *plantedDoor) BrokerOutage(on bool) error {
@@ -170,7 +185,7 @@ func (m *plantedDoor) BrokerOutage(on bool) error {
 	if on {
 		m.outageSeen.Store(true)
 	}
-	return m.door.BrokerOutage(on)
+	return m.Harness.BrokerOutage(on)
 }
 
 // stealingStore takes a key held elsewhere over at once.
@@ -248,4 +263,28 @@ func (s storeErrorIsPoisonStore) Acquire(ctx context.Context, p claimstore.Acqui
 		return a, fmt.Errorf("planted: %w (%w)", claimstore.ErrInvalidKey, err)
 	}
 	return a, err
+}
+
+// TestWorkertestPlantedFaultsRabbit runs the planted faults against the
+// RabbitMQ harness: each scenario must see its fault there too, or the
+// RabbitMQ transport's pass of the door contract proves less than the long
+// poll's.
+func TestWorkertestPlantedFaultsRabbit(t *testing.T) {
+	u := amqpURL(t)
+	t.Parallel()
+	var n atomic.Int64
+	runPlanted(t, plantedFaults(), func(t workertest.T, o workertest.Options) workertest.Harness {
+		d := newRabbitDoor(t, u, fmt.Sprintf("planted-%d-%d", time.Now().UnixNano(), n.Add(1)))
+		d.ordered = o.Ordered
+		return d
+	})
+}
+
+// TestWorkertestPlantedFaultsKafka is the same against the Kafka harness.
+func TestWorkertestPlantedFaultsKafka(t *testing.T) {
+	brokers := kafkaBrokers(t)
+	t.Parallel()
+	runPlanted(t, plantedFaults(), func(t workertest.T, _ workertest.Options) workertest.Harness {
+		return newKafkaDoor(t, brokers)
+	})
 }
