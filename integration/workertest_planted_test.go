@@ -75,7 +75,7 @@ func plantedFaults() []plantedFault {
 	return []plantedFault{
 		{"DuplicateWhileRunning", "a key held elsewhere is taken over at once (two runs at a time)", func(m *plantedDoor) {
 			m.store = func(s claimstore.Store) claimstore.Store {
-				return &stealingStore{Store: s, admin: m.Harness.Store().(claimstore.Admin)}
+				return &stealingStore{Store: s, admin: m.Store().(claimstore.Admin)}
 			}
 		}},
 		{"CrashBeforeAck", "completing writes nothing (acks before the claim is completed)", func(m *plantedDoor) {
