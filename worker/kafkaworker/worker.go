@@ -61,6 +61,11 @@ type Worker struct {
 	buffered int
 	running  sync.WaitGroup // records being processed, all partitions
 	inFlight atomic.Int64
+
+	// commitPastUnsettled is a fault planted by tests only: a settled
+	// record moves its partition's commit past the unsettled records
+	// before it.
+	commitPastUnsettled bool
 }
 
 // tp is a topic partition.
@@ -481,6 +486,9 @@ func (w *Worker) settle(p *partition, e *entry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e.settled = true
+	if w.commitPastUnsettled && e.rec.Offset+1 > p.commit.Offset {
+		p.commit = kgo.EpochOffset{Epoch: e.rec.LeaderEpoch, Offset: e.rec.Offset + 1}
+	}
 	n := 0
 	for n < len(p.pending) && p.pending[n].settled {
 		n++
@@ -489,7 +497,9 @@ func (w *Worker) settle(p *partition, e *entry) {
 		return
 	}
 	last := p.pending[n-1].rec
-	p.commit = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	if !w.commitPastUnsettled || last.Offset+1 > p.commit.Offset {
+		p.commit = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	}
 	p.pending = p.pending[n:]
 	w.buffered -= n
 	select {
