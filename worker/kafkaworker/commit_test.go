@@ -2,6 +2,7 @@ package kafkaworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -135,7 +136,9 @@ func commitScenario(t *testing.T, bs []string, plant bool) (committed int64, aDo
 	}
 	time.Sleep(300 * time.Millisecond) // commit intervals pass
 	stop()
-	<-done // ErrShutdownTimeout or nil: A's run was abandoned and released
+	if err := <-done; err != nil && !errors.Is(err, worker.ErrShutdownTimeout) {
+		t.Errorf("Run: %v", err) // ErrShutdownTimeout or nil: A's run was abandoned and released
+	}
 
 	offs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
@@ -156,6 +159,8 @@ func commitScenario(t *testing.T, bs []string, plant bool) (committed int64, aDo
 	go func() { done2 <- w2.Run(rctx2) }()
 	aDone = until("A completed by the next member", 20*time.Second, func() bool { return completed("A") })
 	stop2()
-	<-done2
+	if err := <-done2; err != nil {
+		t.Errorf("Run of the next member: %v", err)
+	}
 	return committed, aDone
 }
