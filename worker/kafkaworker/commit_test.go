@@ -136,7 +136,7 @@ func commitScenario(t *testing.T, bs []string, plant bool) (committed int64, aDo
 	}
 	time.Sleep(300 * time.Millisecond) // commit intervals pass
 	stop()
-	if err := <-done; err != nil && !errors.Is(err, worker.ErrShutdownTimeout) {
+	if err := <-done; err != nil && !errors.Is(err, ErrShutdownTimeout) {
 		t.Errorf("Run: %v", err) // ErrShutdownTimeout or nil: A's run was abandoned and released
 	}
 
