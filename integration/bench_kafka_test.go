@@ -15,8 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/claimfirst/claimfirst/claimstore"
-	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/claimfirst/claimfirst/claimstore/dynamo"
+	"github.com/claimfirst/claimfirst/internal/awsreq"
 	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/worker"
 	"github.com/claimfirst/claimfirst/worker/kafkaworker"
@@ -37,21 +39,27 @@ const benchPartitions = 4
 // timer starts, keyed by a payment id each) and reports records per
 // second and CPU per record, against kfake in its own process
 // (emulator/with-kafka.sh), so that the broker's CPU is not counted here
-// (it is reported apart, broker-µs/msg). The claims are in the memory
-// store (claimstore/memory), in this process: the store costs the same in
-// both rows, so the rows differ by what consumes the topic. Rows:
+// (it is reported apart, broker-µs/record). The claims are the DynamoDB
+// store's: each row's requests go to the canned endpoint (internal/canned)
+// in a child process of its own, which answers every one at once and
+// whose CPU is not counted either, so a row's CPU is its client side: the
+// broker's client, the DynamoDB SDK, and what lies between. Every row
+// makes two DynamoDB requests per record (reported, ddb/record). Rows:
 //
-//   - floor: franz-go (kgo) in a consumer group, autocommit off, polling
-//     and for each record the claim store's two writes (Acquire, then
-//     Complete) on its offset key, one record after another, then a
-//     synchronous commit of what the poll returned: no transport.
-//   - engine: the floor's loop with the worker's protocol (worker.Engine,
-//     a handler that does nothing) in place of the two writes: what the
-//     protocol costs beyond them, without a transport. Not bounded: it
-//     says how much of the worker's cost is the protocol's.
-//   - worker: the Kafka transport (kafkaworker) at benchConcurrency, its
-//     default offset key, a handler that does nothing, committing every
-//     kafkaBenchCommit.
+//   - floor: franz-go (kgo) in a consumer group, autocommit off, polling,
+//     and for each polled record the DynamoDB store's two writes written
+//     out with the stock SDK (floorWrites: a guarded PutItem, then the
+//     conditional UpdateItem that completes it, as BenchmarkCost's sdk
+//     row) on its offset key, from benchConcurrency goroutines, then a
+//     synchronous commit of the poll: no transport, no claimstore code.
+//   - engine: the floor's loop with the worker's protocol (worker.Engine
+//     over claimstore/dynamo, a handler that does nothing) in place of
+//     the two writes: what the protocol costs beyond them, without a
+//     transport. Not bounded: it says how much of the worker's cost is
+//     the protocol's.
+//   - worker: the Kafka transport (kafkaworker) over claimstore/dynamo at
+//     benchConcurrency, its default offset key, a handler that does
+//     nothing, committing every kafkaBenchCommit.
 //
 // Each row is timed from the end of its group join (the SyncGroup
 // response, seen by a kgo hook: joining is not throughput) until the
@@ -64,7 +72,7 @@ const benchPartitions = 4
 func BenchmarkKafka(b *testing.B) {
 	brokers := kafkaBrokers(b)
 	results := map[string]benchResult{}
-	b.Run("floor", func(b *testing.B) { results["floor"] = benchKafka(b, brokers, kafkaFloor(storeWrites)) })
+	b.Run("floor", func(b *testing.B) { results["floor"] = benchKafka(b, brokers, kafkaFloor(floorWork)) })
 	b.Run("engine", func(b *testing.B) { results["engine"] = benchKafka(b, brokers, kafkaFloor(engineWork)) })
 	b.Run("worker", func(b *testing.B) { results["worker"] = benchKafka(b, brokers, kafkaTransport) })
 	transportVerdict(b, "kafka", "records", results)
@@ -73,16 +81,86 @@ func BenchmarkKafka(b *testing.B) {
 // claimWork is what a floor row does for one message, id its key.
 type claimWork func(ctx context.Context, id, body string) error
 
-// storeWrites is the floor's work: the claim store's two writes.
-func storeWrites(_ *testing.B, store claimstore.Store) claimWork {
-	return func(ctx context.Context, id, _ string) error { return floorClaim(ctx, store, id) }
+// benchClaims is a row's claims: the DynamoDB store's requests, answered
+// by the canned endpoint in a child process, every one counted.
+type benchClaims struct {
+	ddb     *dynamodb.Client // for the floor's writes, by hand
+	store   *dynamo.Store    // for the engine and the worker
+	counter *awsreq.Counter
 }
 
-// engineWork is the engine row's work: the worker's protocol on store,
-// with a handler that does nothing, and the message acked.
-func engineWork(b *testing.B, store claimstore.Store) claimWork {
+// cannedClaims starts a canned endpoint of its own (in a child process,
+// stopped when b ends) and returns the claims on it, in table
+// cannedTable: the start check (DescribeTable, DescribeTimeToLive) is
+// answered as the store wants it, every write succeeds. It hands out no
+// SQS messages (nothing here receives any).
+func cannedClaims(b *testing.B) benchClaims {
+	cfg, counter := cannedConfig(startCanned(b, 0))
+	ddb := dynamodb.NewFromConfig(cfg)
+	store, err := dynamo.New(dynamo.Config{Client: ddb, Table: cannedTable})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchClaims{ddb: ddb, store: store, counter: counter}
+}
+
+// cannedTable is the claim table named to the canned endpoint (any will do).
+const cannedTable = "canned"
+
+// floorWork is the floor's work: the DynamoDB store's two writes, by hand
+// with the stock SDK.
+func floorWork(_ *testing.B, c benchClaims) claimWork {
+	return func(ctx context.Context, id, _ string) error { return floorWrites(ctx, c.ddb, cannedTable, id, "acq") }
+}
+
+// workPool runs the jobs given to add on benchConcurrency goroutines.
+type workPool struct {
+	jobs   chan func() error
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+	failed chan struct{} // closed at the first job's error, err
+}
+
+func startWorkPool() *workPool {
+	p := &workPool{jobs: make(chan func() error, benchConcurrency), failed: make(chan struct{})}
+	for range benchConcurrency {
+		go func() {
+			for job := range p.jobs {
+				if err := job(); err != nil {
+					p.once.Do(func() { p.err = err; close(p.failed) })
+				}
+				p.wg.Done()
+			}
+		}()
+	}
+	return p
+}
+
+func (p *workPool) add(job func() error) {
+	p.wg.Add(1)
+	p.jobs <- job
+}
+
+// wait waits for every job added and returns the first error of any.
+func (p *workPool) wait() error {
+	p.wg.Wait()
+	select {
+	case <-p.failed:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// close ends the goroutines once the jobs added are done.
+func (p *workPool) close() { close(p.jobs) }
+
+// engineWork is the engine row's work: the worker's protocol on the
+// DynamoDB store, with a handler that does nothing, and the message acked.
+func engineWork(b *testing.B, c benchClaims) claimWork {
 	eng, err := worker.NewEngine(worker.Protocol{
-		Store: store, Metrics: worker.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
+		Store: c.store, Metrics: worker.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
 		MinRetryBackoff: time.Second, MaxRetryBackoff: time.Minute,
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { return "ok", nil }),
 	}, worker.EngineOptions{System: "bench"})
@@ -113,10 +191,11 @@ func transportVerdict(b *testing.B, name, unit string, rows map[string]benchResu
 		return
 	}
 	one := unit[:len(unit)-1]
-	fmt.Printf("\n%-8s %10s %9s %13s %9s %16s\n", name, unit+"/s", "x floor", "cpu-µs/"+one, "x floor", "broker-µs/"+one)
+	fmt.Printf("\n%-8s %10s %9s %13s %9s %11s %16s\n", name, unit+"/s", "x floor", "cpu-µs/"+one, "x floor", "ddb/"+one, "broker-µs/"+one)
 	for _, n := range []string{"floor", "engine", "worker"} {
 		if r, ok := rows[n]; ok && r.msgsPerSec > 0 {
-			fmt.Printf("%-8s %10.0f %9.2f %13.1f %9.2f %16.1f\n", n, r.msgsPerSec, r.msgsPerSec/floor.msgsPerSec, r.cpuPerMsg, r.cpuPerMsg/floor.cpuPerMsg, r.emuPerMsg)
+			fmt.Printf("%-8s %10.0f %9.2f %13.1f %9.2f %11.3f %16.1f\n", n, r.msgsPerSec, r.msgsPerSec/floor.msgsPerSec,
+				r.cpuPerMsg, r.cpuPerMsg/floor.cpuPerMsg, r.ddbPerMsg, r.emuPerMsg)
 		}
 	}
 	rate, cpu := w.msgsPerSec/floor.msgsPerSec, w.cpuPerMsg/floor.cpuPerMsg
@@ -136,11 +215,11 @@ func transportVerdict(b *testing.B, name, unit string, rows map[string]benchResu
 // tail between the last record settled and its commit is counted.
 const kafkaBenchCommit = 50 * time.Millisecond
 
-// kafkaConsume consumes topic in group with the claims in store until all
-// n records are processed, its client built with joined (a hook that
-// starts the meter when the group is joined); it returns a stop function
-// that ends the consumer.
-type kafkaConsume func(b *testing.B, brokers []string, topic, group string, store claimstore.Store, n int, joined kgo.Opt) (stop func())
+// kafkaConsume consumes topic in group with claims until all n records
+// are processed, its client built with joined (a hook that starts the
+// meter when the group is joined); it returns a stop function that ends
+// the consumer.
+type kafkaConsume func(b *testing.B, brokers []string, topic, group string, claims benchClaims, n int, joined kgo.Opt) (stop func())
 
 // joinHook calls joined once, when the first SyncGroup response is read:
 // the member has its partitions.
@@ -170,9 +249,10 @@ func benchKafka(b *testing.B, brokers []string, consume kafkaConsume) benchResul
 	defer adm.Close()
 	admin := kadm.NewClient(adm)
 
+	claims := cannedClaims(b)
 	var m atomic.Pointer[transportMeter]
-	hook := &joinHook{joined: func() { m.Store(startTransportMeter(b, os.Getenv("CLAIMFIRST_KAFKA_PID"))) }}
-	stop := consume(b, brokers, topic, group, memory.New(memory.Config{}), b.N, kgo.WithHooks(hook))
+	hook := &joinHook{joined: func() { m.Store(startTransportMeter(b, os.Getenv("CLAIMFIRST_KAFKA_PID"), claims.counter)) }}
+	stop := consume(b, brokers, topic, group, claims, b.N, kgo.WithHooks(hook))
 	// consume returned: every record is processed; now the commits.
 	for giveUp := time.Now().Add(time.Minute); !kafkaCommitted(ctx, b, admin, group, topic, ends); {
 		if time.Now().After(giveUp) {
@@ -245,32 +325,32 @@ func kafkaBenchProduce(b *testing.B, brokers []string, topic string, n int) map[
 }
 
 // kafkaFloor is the floor's consumer with work for each record: kgo,
-// autocommit off, each polled record's work in turn, then a synchronous
-// commit of the poll.
-func kafkaFloor(work func(*testing.B, claimstore.Store) claimWork) kafkaConsume {
-	return func(b *testing.B, brokers []string, topic, group string, store claimstore.Store, n int, joined kgo.Opt) func() {
+// autocommit off, each polled record's work on benchConcurrency
+// goroutines, then, all done, a synchronous commit of the poll.
+func kafkaFloor(work func(*testing.B, benchClaims) claimWork) kafkaConsume {
+	return func(b *testing.B, brokers []string, topic, group string, claims benchClaims, n int, joined kgo.Opt) func() {
 		ctx := context.Background()
-		do := work(b, store)
+		do := work(b, claims)
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(time.Second), joined)
 		if err != nil {
 			b.Fatal(err)
 		}
+		pool := startWorkPool()
+		defer pool.close()
 		done := 0
 		for done < n {
 			fs := cl.PollRecords(ctx, benchConcurrency*64)
 			if err := fs.Err0(); err != nil {
 				b.Fatal(err)
 			}
-			var rerr error
 			fs.EachRecord(func(r *kgo.Record) {
-				if rerr == nil {
-					rerr = do(ctx, fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), string(r.Value))
-				}
+				id, body := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), string(r.Value)
+				pool.add(func() error { return do(ctx, id, body) })
 				done++
 			})
-			if rerr != nil {
-				b.Fatal(rerr)
+			if err := pool.wait(); err != nil {
+				b.Fatal(err)
 			}
 			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 				b.Fatal(err)
@@ -280,31 +360,15 @@ func kafkaFloor(work func(*testing.B, claimstore.Store) claimWork) kafkaConsume 
 	}
 }
 
-// floorClaim is the store's two writes for one message: an Acquire, then
-// a Complete.
-func floorClaim(ctx context.Context, store claimstore.Store, key string) error {
-	now := time.Now()
-	a, err := store.Acquire(ctx, claimstore.AcquireParams{
-		Key: key, Owner: "floor", LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour),
-	})
-	if err != nil {
-		return err
-	}
-	if a.Outcome != claimstore.Acquired {
-		return fmt.Errorf("key %s: outcome %v", key, a.Outcome)
-	}
-	return store.Complete(ctx, claimstore.CompleteParams{Holder: a.Claim.Holder(), Result: "ok", ExpiresAt: now.Add(24 * time.Hour)})
-}
-
 // kafkaTransport runs the Kafka transport until it has completed n
 // records.
-func kafkaTransport(b *testing.B, brokers []string, topic, group string, store claimstore.Store, n int, joined kgo.Opt) func() {
+func kafkaTransport(b *testing.B, brokers []string, topic, group string, claims benchClaims, n int, joined kgo.Opt) func() {
 	metrics := worker.NewMetrics(nil)
 	var handled atomic.Int64
 	all := make(chan struct{})
 	w, err := kafkaworker.New(context.Background(), kafkaworker.Config{
 		Protocol: worker.Protocol{
-			Store: store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: 30 * 24 * time.Hour,
+			Store: claims.store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: 30 * 24 * time.Hour,
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
 				if handled.Add(1) == int64(n) {
 					close(all)
@@ -339,19 +403,23 @@ func kafkaTransport(b *testing.B, brokers []string, topic, group string, store c
 	}
 }
 
-// transportMeter measures one transport row: wall time and this process's
-// CPU time from its start, and the broker's CPU time (its launcher's
-// process and every descendant: RabbitMQ's script starts the Erlang VM)
-// when the launcher said which process it is.
+// transportMeter measures one transport row: wall time, this process's
+// CPU time and the DynamoDB requests from its start, and the broker's CPU
+// time (its launcher's process and every descendant: RabbitMQ's script
+// starts the Erlang VM) when the launcher said which process it is.
 type transportMeter struct {
 	start       time.Time
 	user0, cpu0 time.Duration
+	counter     *awsreq.Counter
 	broker      string
 	brokerCPU0  time.Duration
 }
 
-func startTransportMeter(b *testing.B, brokerPID string) *transportMeter {
-	m := &transportMeter{broker: brokerPID}
+// startTransportMeter resets counter and the benchmark timer and starts
+// measuring.
+func startTransportMeter(b *testing.B, brokerPID string, counter *awsreq.Counter) *transportMeter {
+	counter.Reset()
+	m := &transportMeter{broker: brokerPID, counter: counter}
 	if brokerPID != "" {
 		m.brokerCPU0 = procTreeCPU(brokerPID)
 	}
@@ -361,16 +429,20 @@ func startTransportMeter(b *testing.B, brokerPID string) *transportMeter {
 	return m
 }
 
-// stop reports the row's msgs/s, CPU and user CPU per message, and the
-// broker's CPU per message.
+// stop reports the row's msgs/s, CPU, user CPU and DynamoDB requests per
+// message, and the broker's CPU per message.
 func (m *transportMeter) stop(b *testing.B) benchResult {
 	elapsed := time.Since(m.start)
 	b.StopTimer()
 	user1, cpu1 := cpuTime()
 	n := float64(b.N)
-	r := benchResult{msgsPerSec: n / elapsed.Seconds(), cpuPerMsg: float64((cpu1 - m.cpu0).Microseconds()) / n}
+	r := benchResult{
+		msgsPerSec: n / elapsed.Seconds(), cpuPerMsg: float64((cpu1 - m.cpu0).Microseconds()) / n,
+		ddbPerMsg: float64(m.counter.Service("DynamoDB")) / n,
+	}
 	b.ReportMetric(r.msgsPerSec, "msgs/s")
 	b.ReportMetric(r.cpuPerMsg, "cpu-µs/msg")
+	b.ReportMetric(r.ddbPerMsg, "ddb-req/msg")
 	b.ReportMetric(float64((user1-m.user0).Microseconds())/n, "user-µs/msg")
 	if m.broker != "" {
 		r.emuPerMsg = float64((procTreeCPU(m.broker) - m.brokerCPU0).Microseconds()) / n

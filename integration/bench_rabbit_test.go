@@ -12,8 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/claimfirst/claimfirst/claimstore"
-	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/worker"
 	"github.com/claimfirst/claimfirst/worker/rabbitworker"
 )
@@ -23,20 +21,22 @@ import (
 // reports messages per second and CPU per message, against the RabbitMQ
 // broker of emulator/with-rabbitmq.sh, its own process, whose CPU is not
 // counted here (it is reported apart, broker-µs/msg). The queue is the
-// quorum queue rabbitworker.Setup declares. The claims are in the memory
-// store (claimstore/memory), in this process: the store costs the same in
-// both rows, so the rows differ by what consumes the queue. Rows:
+// quorum queue rabbitworker.Setup declares. The claims are the DynamoDB
+// store's, on a canned endpoint in a child process, as in BenchmarkKafka
+// (cannedClaims): a row's CPU is its client side. Rows:
 //
 //   - floor: amqp091 consuming with manual acks at prefetch
-//     benchConcurrency, for each delivery the claim store's two writes
-//     (Acquire, then Complete) on its message id, then its ack, one
-//     delivery after another: no transport.
-//   - engine: the floor's loop with the worker's protocol (worker.Engine,
-//     a handler that does nothing) in place of the two writes: what the
-//     protocol costs beyond them, without a transport. Not bounded.
-//   - worker: the RabbitMQ transport (rabbitworker) at benchConcurrency
-//     (its prefetch too), its default message-id key, a handler that does
-//     nothing.
+//     benchConcurrency, for each delivery the DynamoDB store's two writes
+//     by hand with the stock SDK (floorWrites) on its message id, then its
+//     ack, on benchConcurrency goroutines: no transport, no claimstore
+//     code.
+//   - engine: the floor's loop with the worker's protocol (worker.Engine
+//     over claimstore/dynamo, a handler that does nothing) in place of
+//     the two writes: what the protocol costs beyond them, without a
+//     transport. Not bounded.
+//   - worker: the RabbitMQ transport (rabbitworker) over claimstore/dynamo
+//     at benchConcurrency (its prefetch too), its default message-id key,
+//     a handler that does nothing.
 //
 // Each row is timed from its connection to the broker until the last
 // message is acked (the floor) or completed (the worker, whose ack
@@ -49,16 +49,16 @@ import (
 func BenchmarkRabbit(b *testing.B) {
 	u := amqpURL(b)
 	results := map[string]benchResult{}
-	b.Run("floor", func(b *testing.B) { results["floor"] = benchRabbit(b, u, rabbitFloor(storeWrites)) })
+	b.Run("floor", func(b *testing.B) { results["floor"] = benchRabbit(b, u, rabbitFloor(floorWork)) })
 	b.Run("engine", func(b *testing.B) { results["engine"] = benchRabbit(b, u, rabbitFloor(engineWork)) })
 	b.Run("worker", func(b *testing.B) { results["worker"] = benchRabbit(b, u, rabbitTransport) })
 	transportVerdict(b, "rabbitmq", "messages", results)
 }
 
-// rabbitConsume consumes queue with the claims in store until all n
-// messages are processed, and returns a stop function that ends the
-// consumer (closing its connection).
-type rabbitConsume func(b *testing.B, url, queue string, store claimstore.Store, n int) (stop func())
+// rabbitConsume consumes queue with claims until all n messages are
+// processed, and returns a stop function that ends the consumer (closing
+// its connection).
+type rabbitConsume func(b *testing.B, url, queue string, claims benchClaims, n int) (stop func())
 
 // benchRabbit publishes b.N messages to a new queue, times consume on
 // them, and checks that the queue is empty once the consumer is gone.
@@ -67,8 +67,9 @@ func benchRabbit(b *testing.B, url string, consume rabbitConsume) benchResult {
 	conn := rabbitBenchPublish(b, url, queue, b.N)
 	defer func() { _ = conn.Close() }()
 
-	m := startTransportMeter(b, os.Getenv("CLAIMFIRST_RABBITMQ_PID"))
-	stop := consume(b, url, queue, memory.New(memory.Config{}), b.N)
+	claims := cannedClaims(b)
+	m := startTransportMeter(b, os.Getenv("CLAIMFIRST_RABBITMQ_PID"), claims.counter)
+	stop := consume(b, url, queue, claims, b.N)
 	r := m.stop(b)
 	stop()
 
@@ -132,12 +133,12 @@ func rabbitBenchPublish(b *testing.B, url, queue string, n int) *amqp.Connection
 }
 
 // rabbitFloor is the floor's consumer with work for each delivery:
-// amqp091, manual acks at prefetch benchConcurrency, each delivery's work,
-// then its ack.
-func rabbitFloor(work func(*testing.B, claimstore.Store) claimWork) rabbitConsume {
-	return func(b *testing.B, url, queue string, store claimstore.Store, n int) func() {
+// amqp091, manual acks at prefetch benchConcurrency, each delivery's work
+// then its ack on benchConcurrency goroutines.
+func rabbitFloor(work func(*testing.B, benchClaims) claimWork) rabbitConsume {
+	return func(b *testing.B, url, queue string, claims benchClaims, n int) func() {
 		ctx := context.Background()
-		do := work(b, store)
+		do := work(b, claims)
 		conn, err := amqp.Dial(url)
 		if err != nil {
 			b.Fatal(err)
@@ -153,17 +154,28 @@ func rabbitFloor(work func(*testing.B, claimstore.Store) claimWork) rabbitConsum
 		if err != nil {
 			b.Fatal(err)
 		}
+		pool := startWorkPool()
+		defer pool.close()
 		for range n {
-			d, ok := <-ds
+			var d amqp.Delivery
+			var ok bool
+			select {
+			case d, ok = <-ds:
+			case <-pool.failed:
+				b.Fatal(pool.wait())
+			}
 			if !ok {
 				b.Fatal("the delivery channel closed")
 			}
-			if err := do(ctx, d.MessageId, string(d.Body)); err != nil {
-				b.Fatal(err)
-			}
-			if err := d.Ack(false); err != nil {
-				b.Fatal(err)
-			}
+			pool.add(func() error {
+				if err := do(ctx, d.MessageId, string(d.Body)); err != nil {
+					return err
+				}
+				return d.Ack(false)
+			})
+		}
+		if err := pool.wait(); err != nil {
+			b.Fatal(err)
 		}
 		return func() { _ = conn.Close() }
 	}
@@ -171,13 +183,13 @@ func rabbitFloor(work func(*testing.B, claimstore.Store) claimWork) rabbitConsum
 
 // rabbitTransport runs the RabbitMQ transport until it has completed n
 // messages.
-func rabbitTransport(b *testing.B, url, queue string, store claimstore.Store, n int) func() {
+func rabbitTransport(b *testing.B, url, queue string, claims benchClaims, n int) func() {
 	metrics := worker.NewMetrics(nil)
 	var handled atomic.Int64
 	all := make(chan struct{})
 	w, err := rabbitworker.New(context.Background(), rabbitworker.Config{
 		Protocol: worker.Protocol{
-			Store: store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
+			Store: claims.store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
 				if handled.Add(1) == int64(n) {
 					close(all)
