@@ -102,6 +102,7 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 	deadline := start.Add(90 * time.Second)
 	ready := map[string]bool{}
 	killed := false // worker-1, SIGKILLed half way: its counts went with it
+	lastFinals, stableSince := -1, time.Now()
 	for {
 		for _, addr := range metrics[:2] {
 			if resp, err := http.Get("http://" + addr + "/readyz"); err == nil && !ready[addr] {
@@ -133,9 +134,15 @@ func binaryPayments(t *testing.T, b brokerUnderTest, n int) {
 			killed = true
 			t.Logf("worker-1 SIGKILLed after %d of %d messages settled", finals, len(bodies))
 		}
-		// After the kill the broker's word (done) says all is settled: the
-		// killed worker's own count is gone.
-		if done && killed && fake.Stats().Charges >= int64(n) {
+		// After the kill the killed worker's own count is gone: all is
+		// settled when the broker says so (done) and the live workers'
+		// count has not moved for longer than a deferred delivery is held
+		// (the lease and a second), so that no duplicate still waits,
+		// unacked, for the key's holder.
+		if finals != lastFinals {
+			lastFinals, stableSince = finals, time.Now()
+		}
+		if done && killed && fake.Stats().Charges >= int64(n) && time.Since(stableSince) > 6*time.Second {
 			break
 		}
 		why += fmt.Sprintf("; %d of %d messages settled (%s)", finals, len(bodies), outcomes)
