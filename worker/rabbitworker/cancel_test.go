@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/claimfirst/claimfirst/claimstore/memory"
 	"github.com/claimfirst/claimfirst/worker"
 )
@@ -22,19 +20,7 @@ func TestQueueDeletedStops(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	queue := fmt.Sprintf("cancel-%d", time.Now().UnixNano())
-	if err := Setup(ctx, u, Topology{Queue: queue}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = ch.QueueDelete(DeadLetterQueueOf(queue), false, false, false) }()
+	ch := declared(t, u, Topology{Queue: queue})
 	w, err := New(ctx, Config{
 		Protocol: worker.Protocol{
 			Store: memory.New(memory.Config{}), Retention: time.Hour,

@@ -41,22 +41,7 @@ func TestLeftDeliveryComesBack(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	queue := fmt.Sprintf("leave-%d", time.Now().UnixNano())
-	if err := Setup(ctx, u, Topology{Queue: queue}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_, _ = ch.QueueDelete(DeadLetterQueueOf(queue), false, false, false)
-	}()
+	ch := declared(t, u, Topology{Queue: queue})
 	store := &completeFailsOnce{Store: memory.New(memory.Config{})}
 	var runs atomic.Int64
 	w, err := New(ctx, Config{

@@ -25,22 +25,8 @@ func TestDeliveryLimitEndsACrashLoop(t *testing.T) {
 	ctx := t.Context()
 	queue := fmt.Sprintf("limit-%d", time.Now().UnixNano())
 	const limit = 3
-	if err := Setup(ctx, u, Topology{Queue: queue, DeliveryLimit: limit}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_, _ = ch.QueueDelete(DeadLetterQueueOf(queue), false, false, false)
-	}()
+	ch := declared(t, u, Topology{Queue: queue, DeliveryLimit: limit})
+	var err error
 	var w *Worker
 	var runs atomic.Int64
 	handler := worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {

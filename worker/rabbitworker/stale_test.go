@@ -29,6 +29,38 @@ func brokerURL(t *testing.T) string {
 	return u
 }
 
+// declared sets up topo on the broker at u (Setup) and returns a channel
+// of the test's own, to publish and look; when t ends the queue and its
+// dead-letter queue are deleted and the connection closed.
+func declared(t *testing.T, u string, topo Topology) *amqp.Channel {
+	t.Helper()
+	_, ch := declaredConn(t, u, topo)
+	return ch
+}
+
+// declaredConn is declared, with the channel's connection, for more
+// channels.
+func declaredConn(t *testing.T, u string, topo Topology) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	if err := Setup(t.Context(), u, topo); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(topo.Queue, false, false, false)
+		_, _ = ch.QueueDelete(DeadLetterQueueOf(topo.Queue), false, false, false)
+	})
+	return conn, ch
+}
+
 // TestStaleAckAfterReconnect: a handler still running when its connection
 // ends finishes on the next incarnation, and its ack must not land on the
 // delivery that now has its tag. X is delivered (tag 1) and its handler
@@ -54,22 +86,7 @@ func staleAck(t *testing.T, u string, plant bool) bool {
 	t.Helper()
 	ctx := t.Context()
 	queue := fmt.Sprintf("stale-%d-%t", time.Now().UnixNano(), plant)
-	if err := Setup(ctx, u, Topology{Queue: queue}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_, _ = ch.QueueDelete(DeadLetterQueueOf(queue), false, false, false)
-	}()
+	conn, ch := declaredConn(t, u, Topology{Queue: queue})
 	publish := func(body string) {
 		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: []byte(body)}); err != nil {
 			t.Fatal(err)
