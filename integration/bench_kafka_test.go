@@ -363,34 +363,48 @@ func kafkaFloor(work func(*testing.B, benchClaims) claimWork) kafkaConsume {
 // kafkaTransport runs the Kafka transport until it has completed n
 // records.
 func kafkaTransport(b *testing.B, brokers []string, topic, group string, claims benchClaims, n int, joined kgo.Opt) func() {
+	return runTransport(b, claims, n, "records", 30*24*time.Hour, func(p worker.Protocol) (func(context.Context) error, error) {
+		w, err := kafkaworker.New(context.Background(), kafkaworker.Config{
+			Protocol: p,
+			Brokers:  brokers, Topic: topic, Group: group, Concurrency: benchConcurrency, CommitInterval: kafkaBenchCommit,
+			ClientOptions: []kgo.Opt{joined},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return w.Run, nil
+	})
+}
+
+// runTransport runs a transport, which start makes from a protocol over
+// claims' store with a handler that does nothing but count, until it has
+// completed n messages (called unit in its errors); the func it returns
+// stops it.
+func runTransport(b *testing.B, claims benchClaims, n int, unit string, retention time.Duration, start func(worker.Protocol) (func(context.Context) error, error)) func() {
 	metrics := worker.NewMetrics(nil)
 	var handled atomic.Int64
 	all := make(chan struct{})
-	w, err := kafkaworker.New(context.Background(), kafkaworker.Config{
-		Protocol: worker.Protocol{
-			Store: claims.store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: 30 * 24 * time.Hour,
-			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-				if handled.Add(1) == int64(n) {
-					close(all)
-				}
-				return "ok", nil
-			}),
-		},
-		Brokers: brokers, Topic: topic, Group: group, Concurrency: benchConcurrency, CommitInterval: kafkaBenchCommit,
-		ClientOptions: []kgo.Opt{joined},
+	run, err := start(worker.Protocol{
+		Store: claims.store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: retention,
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
+			if handled.Add(1) == int64(n) {
+				close(all)
+			}
+			return "ok", nil
+		}),
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	select {
 	case <-all:
 	case err := <-done:
-		b.Fatalf("the worker stopped after %d of %d records: %v", handled.Load(), n, err)
+		b.Fatalf("the worker stopped after %d of %d %s: %v", handled.Load(), n, unit, err)
 	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d records handled in 5 minutes", handled.Load(), n)
+		b.Fatalf("%d of %d %s handled in 5 minutes", handled.Load(), n, unit)
 	}
 	for metrics.Count(worker.OutcomeCompleted) < int64(n) {
 		time.Sleep(time.Millisecond)

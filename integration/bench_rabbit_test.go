@@ -3,10 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,41 +182,14 @@ func rabbitFloor(work func(*testing.B, benchClaims) claimWork) rabbitConsume {
 // rabbitTransport runs the RabbitMQ transport until it has completed n
 // messages.
 func rabbitTransport(b *testing.B, url, queue string, claims benchClaims, n int) func() {
-	metrics := worker.NewMetrics(nil)
-	var handled atomic.Int64
-	all := make(chan struct{})
-	w, err := rabbitworker.New(context.Background(), rabbitworker.Config{
-		Protocol: worker.Protocol{
-			Store: claims.store, Metrics: metrics, Logger: slog.New(slog.DiscardHandler), Retention: time.Hour,
-			Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) {
-				if handled.Add(1) == int64(n) {
-					close(all)
-				}
-				return "ok", nil
-			}),
-		},
-		URL: url, Queue: queue, Concurrency: benchConcurrency,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-all:
-	case err := <-done:
-		b.Fatalf("the worker stopped after %d of %d messages: %v", handled.Load(), n, err)
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d messages handled in 5 minutes", handled.Load(), n)
-	}
-	for metrics.Count(worker.OutcomeCompleted) < int64(n) {
-		time.Sleep(time.Millisecond)
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
+	return runTransport(b, claims, n, "messages", time.Hour, func(p worker.Protocol) (func(context.Context) error, error) {
+		w, err := rabbitworker.New(context.Background(), rabbitworker.Config{
+			Protocol: p,
+			URL:      url, Queue: queue, Concurrency: benchConcurrency,
+		})
+		if err != nil {
+			return nil, err
 		}
-	}
+		return w.Run, nil
+	})
 }
