@@ -2,8 +2,10 @@ package tcpproxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards TCP connections from its own address to an upstream one,
@@ -84,27 +86,44 @@ func (p *Proxy) accept() {
 				p.mu.Unlock()
 			})
 		}
-		go func() { defer p.wg.Done(); l.pipe(s, c); end() }()
-		go func() { defer p.wg.Done(); l.pipe(c, s); end() }()
+		// A side that ends cleanly is passed on as a half-close, as a TCP
+		// path does, and the link ends when both sides have; an error ends
+		// it at once. Closing both at the first end would reset the other
+		// side when its last bytes are still unread here.
+		var left atomic.Int32
+		left.Store(2)
+		finish := func(dst net.Conn, eof bool) {
+			if eof {
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+					_ = cw.CloseWrite()
+				}
+			}
+			if !eof || left.Add(-1) == 0 {
+				end()
+			}
+		}
+		go func() { defer p.wg.Done(); finish(s, l.pipe(s, c)) }()
+		go func() { defer p.wg.Done(); finish(c, l.pipe(c, s)) }()
 	}
 }
 
 // pipe copies from src to dst, holding each chunk (and the end of the
-// stream) while the link is frozen.
-func (l *link) pipe(dst, src net.Conn) {
+// stream) while the link is frozen; it reports whether src ended cleanly
+// (EOF) and that end may be passed on.
+func (l *link) pipe(dst, src net.Conn) (eof bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if !l.wait() {
-			return
+			return false
 		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+				return false
 			}
 		}
 		if err != nil {
-			return
+			return errors.Is(err, io.EOF)
 		}
 	}
 }
