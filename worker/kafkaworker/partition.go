@@ -36,12 +36,21 @@ type partition struct {
 type entry struct {
 	rec     *kgo.Record
 	settled bool
+	attempt int       // deliveries so far, in this process
+	first   time.Time // the first delivery's start
 }
 
-// lane is the queue of one key's records within a partition.
+// lane is the queue of one key's records within a partition. A lane is
+// busy from the moment it has a record to run until its queue is empty:
+// queued on Worker.ready, processing its head record, or waiting out
+// that record's retry delay (retry), so that one key's records run one at
+// a time and in order.
 type lane struct {
-	queue   []*entry
-	running bool
+	p     *partition
+	key   string
+	queue []*entry
+	busy  bool
+	retry *time.Timer // set while the head record waits to be retried
 }
 
 func newPartition(t tp) *partition {
@@ -59,6 +68,10 @@ func (p *partition) halt() {
 	close(p.stop)
 	for _, l := range p.lanes {
 		l.queue = nil
+		if l.retry != nil {
+			l.retry.Stop()
+			l.retry = nil
+		}
 	}
 }
 

@@ -51,7 +51,6 @@ type Worker struct {
 
 	hctx   context.Context // the handlers' context
 	cancel context.CancelFunc
-	sem    chan struct{} // a token per running record
 	space  chan struct{} // signalled when buffered records settle or drop
 	ran    atomic.Bool
 
@@ -59,8 +58,14 @@ type Worker struct {
 	mu       sync.Mutex
 	parts    map[tp]*partition
 	buffered int
-	running  sync.WaitGroup // records being processed, all partitions
-	inFlight atomic.Int64
+	// ready are the lanes whose head record may run, in the order they
+	// became ready; Concurrency runners take them from the front (under
+	// mu; readyCond is signalled when one is added or closing is set).
+	ready     []*lane
+	readyCond *sync.Cond
+	closing   bool
+	running   sync.WaitGroup // records being processed, all partitions
+	inFlight  atomic.Int64
 
 	// commitPastUnsettled is a fault planted by tests only: a settled
 	// record moves its partition's commit past the unsettled records
@@ -95,8 +100,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	log := cfg.Logger.With(slog.String("topic", cfg.Topic), slog.String("group", cfg.Group))
 	w := &Worker{
 		cfg: cfg, log: log, parts: map[tp]*partition{},
-		sem: make(chan struct{}, cfg.Concurrency), space: make(chan struct{}, 1),
+		space: make(chan struct{}, 1),
 	}
+	w.readyCond = sync.NewCond(&w.mu)
 	w.hctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -219,6 +225,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(pollDone); w.poll(ctx) }()
 	commitDone := make(chan struct{})
 	go func() { defer close(commitDone); w.commitLoop(ctx) }()
+	for range w.cfg.Concurrency {
+		go w.runner()
+	}
+	defer func() {
+		w.mu.Lock()
+		w.closing = true
+		w.mu.Unlock()
+		w.readyCond.Broadcast()
+	}()
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.String("lease", w.cfg.Lease.String()),
 		slog.String("retention", w.cfg.Retention.String()), slog.String("dead_letter_topic", w.cfg.DeadLetterTopic))
 
@@ -348,14 +363,20 @@ func (w *Worker) dispatch(r *kgo.Record) {
 	key := w.laneKey(r)
 	l := p.lanes[key]
 	if l == nil {
-		l = &lane{}
+		l = &lane{p: p, key: key}
 		p.lanes[key] = l
 	}
 	l.queue = append(l.queue, e)
-	if !l.running {
-		l.running = true
-		go w.runLane(p, key, l)
+	if !l.busy {
+		l.busy = true
+		w.makeReady(l)
 	}
+}
+
+// makeReady queues l for a runner; under mu.
+func (w *Worker) makeReady(l *lane) {
+	w.ready = append(w.ready, l)
+	w.readyCond.Signal()
 }
 
 // laneKey is the lane of r within its partition: one for the partition
@@ -372,65 +393,85 @@ func (w *Worker) laneKey(r *kgo.Record) string {
 	}
 }
 
-// runLane processes a lane's records one at a time until it is empty or
-// its partition stops.
-func (w *Worker) runLane(p *partition, key string, l *lane) {
+// runner runs lanes' head records, one at a time, in the order the lanes
+// became ready, until the worker closes. Concurrency runners run at once:
+// a goroutine per runner, not per record.
+func (w *Worker) runner() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for {
-		w.mu.Lock()
-		if p.stopped || len(l.queue) == 0 {
-			l.queue, l.running = nil, false
-			delete(p.lanes, key)
-			w.mu.Unlock()
+		for len(w.ready) == 0 && !w.closing {
+			w.readyCond.Wait()
+		}
+		if len(w.ready) == 0 {
 			return
 		}
-		e := l.queue[0]
-		l.queue = l.queue[1:]
-		w.mu.Unlock()
-		if !w.process(p, e) {
-			continue // dropped with its partition: the loop ends above
-		}
+		l := w.ready[0]
+		w.ready[0] = nil
+		w.ready = w.ready[1:]
+		w.runHead(l)
 	}
 }
 
-// process runs e's record until it is settled, retrying it in process,
-// and reports whether it was settled; false when its partition stopped
-// first (the record is the next owner's, or this member's again after a
-// restart, from the committed offset).
-func (w *Worker) process(p *partition, e *entry) bool {
-	first := w.cfg.Now()
-	for attempt := 1; ; attempt++ {
-		select {
-		case w.sem <- struct{}{}:
-		case <-p.stop:
-			return false
+// runHead delivers l's head record once and then queues l again, for its
+// next record or, after the retry delay, for the same one; or ends it.
+// Called under mu, which it releases while the record runs.
+func (w *Worker) runHead(l *lane) {
+	p := l.p
+	if p.stopped || len(l.queue) == 0 {
+		w.endLane(l)
+		return
+	}
+	e := l.queue[0]
+	e.attempt++
+	if e.attempt == 1 {
+		e.first = w.cfg.Now()
+	}
+	p.running.Add(1)
+	w.running.Add(1)
+	w.mu.Unlock()
+	w.inFlight.Add(1)
+	s := &settler{w: w, p: p, e: e, attempt: e.attempt}
+	done := w.deliver(p, e, e.attempt, e.first, s)
+	w.inFlight.Add(-1)
+	if done {
+		w.settle(p, e)
+	}
+	p.running.Done()
+	w.running.Done()
+	w.mu.Lock()
+	switch {
+	case p.stopped:
+		// Dropped with its partition: the record, if unsettled, is the
+		// next owner's, or this member's again from the committed offset.
+		w.endLane(l)
+	case !done:
+		l.retry = time.AfterFunc(s.delay, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			l.retry = nil
+			if p.stopped {
+				w.endLane(l)
+				return
+			}
+			w.makeReady(l)
+		})
+	default:
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		if len(l.queue) == 0 {
+			w.endLane(l)
+			return
 		}
-		w.mu.Lock()
-		if p.stopped {
-			w.mu.Unlock()
-			<-w.sem
-			return false
-		}
-		p.running.Add(1)
-		w.running.Add(1)
-		w.mu.Unlock()
-		w.inFlight.Add(1)
-		s := &settler{w: w, p: p, e: e, attempt: attempt}
-		done := w.deliver(p, e, attempt, first, s)
-		w.inFlight.Add(-1)
-		<-w.sem
-		if done {
-			w.settle(p, e)
-		}
-		p.running.Done()
-		w.running.Done()
-		if done {
-			return true
-		}
-		select {
-		case <-time.After(s.delay):
-		case <-p.stop:
-			return false
-		}
+		w.makeReady(l)
+	}
+}
+
+// endLane forgets l; under mu.
+func (w *Worker) endLane(l *lane) {
+	l.queue, l.busy = nil, false
+	if l.p.lanes[l.key] == l {
+		delete(l.p.lanes, l.key)
 	}
 }
 
