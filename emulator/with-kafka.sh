@@ -8,8 +8,9 @@
 #   emulator/with-kafka.sh go test ./worker/kafkaworker/
 #
 # A KAFKA_BROKERS already set is the user's own cluster: the command runs
-# against it and nothing is started (and there is no KAFKA_CONTROL). Without a command the cluster runs
-# until Ctrl-C (or kill -TERM of the PID it prints, when backgrounded).
+# against it and nothing is started (tests that inject faults skip: there
+# is no KAFKA_CONTROL). Without a command the cluster runs until Ctrl-C
+# (or kill -TERM of the PID it prints, when backgrounded).
 # emulator/kafka/main.go says what kfake does not model.
 set -euo pipefail
 
