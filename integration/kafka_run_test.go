@@ -151,6 +151,25 @@ func (k *kafkaRun) committed(ctx context.Context, partition int32) (int64, error
 	return -1, nil
 }
 
+// anyCommitted names the partitions the group has committed offsets of,
+// "" for none.
+func (k *kafkaRun) anyCommitted(ctx context.Context) (string, error) {
+	offs, err := k.adm.FetchOffsets(ctx, k.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var at []string
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == k.topic && o.At >= 0 {
+			at = append(at, fmt.Sprintf("partition %d at %d", o.Partition, o.At))
+		}
+	})
+	return strings.Join(at, ", "), nil
+}
+
 // waitSettled waits up to timeout for settled, failing the test with what
 // lags and with status's words.
 func (k *kafkaRun) waitSettled(t *testing.T, timeout time.Duration, status func() string) {
@@ -244,6 +263,39 @@ func (k *kafkaRun) checkPoisonDeadLetters(t *testing.T, dead []*kgo.Record) {
 				t.Errorf("dead letter's %s = %q (present %v), want %q", want[0], got, ok, want[1])
 			}
 		}
+	}
+}
+
+// claimsCompleted fails the test unless the claim table holds want
+// claims, every one completed: a claim left in progress is a record taken
+// and never settled by anyone since (a commit that skipped it).
+func (k *kafkaRun) claimsCompleted(t *testing.T, want int) {
+	t.Helper()
+	rows, err := pgtest.Pool(t).Query(context.Background(), "SELECT key, status FROM "+k.table+" ORDER BY key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	var open []string
+	for rows.Next() {
+		var key, status string
+		if err := rows.Scan(&key, &status); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if status != "COMPLETED" {
+			open = append(open, key+" "+status)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(open) > 0 {
+		t.Errorf("%d of %d claims not completed at the end, such as %s", len(open), n, strings.Join(open[:min(len(open), 5)], ", "))
+	}
+	if n != want {
+		t.Errorf("%d claims at the end, want %d (one per payment)", n, want)
 	}
 }
 
@@ -360,17 +412,29 @@ func (k *kafkaRun) groupStable(t *testing.T, members int, timeout time.Duration)
 	}
 }
 
-// chargedOnce fails the test unless each of ps was charged exactly once.
+// chargedOnce fails the test unless each of ps was charged exactly once,
+// naming the first few that were not and counting them all.
 func chargedOnce(t *testing.T, byPayment map[string]int64, ps []provider.Payment) {
 	t.Helper()
 	var total int64
 	for _, n := range byPayment {
 		total += n
 	}
+	var never, twice []string
 	for _, p := range ps {
-		if c := byPayment[p.PaymentID]; c != 1 {
-			t.Errorf("payment %s charged %d times, want 1", p.PaymentID, c)
+		switch c := byPayment[p.PaymentID]; {
+		case c == 0:
+			never = append(never, p.PaymentID)
+		case c > 1:
+			twice = append(twice, fmt.Sprintf("%s %d times", p.PaymentID, c))
 		}
+	}
+	few := func(ids []string) string { return strings.Join(ids[:min(len(ids), 5)], ", ") }
+	if len(never) > 0 {
+		t.Errorf("%d of %d payments never charged (lost), such as %s", len(never), len(ps), few(never))
+	}
+	if len(twice) > 0 {
+		t.Errorf("%d of %d payments charged more than once: %s", len(twice), len(ps), few(twice))
 	}
 	if total != int64(len(ps)) {
 		t.Errorf("%d charges, want %d", total, len(ps))

@@ -149,7 +149,10 @@ func binaryPayments(t *testing.T, b brokerUnderTest, run paymentRun) time.Durati
 		if finals != lastFinals {
 			lastFinals, stableSince = finals, time.Now()
 		}
-		if done && killed && fake.Stats().Charges >= int64(n) && time.Since(stableSince) > 6*time.Second {
+		// Settled with payments uncharged and nothing moving for longer
+		// still: they are lost, and the checks below name them.
+		if done && killed && time.Since(stableSince) > 6*time.Second &&
+			(fake.Stats().Charges >= int64(n) || time.Since(stableSince) > 20*time.Second) {
 			break
 		}
 		why += fmt.Sprintf("; %d of %d messages settled (%s)", finals, len(bodies), outcomes)
@@ -168,15 +171,7 @@ func binaryPayments(t *testing.T, b brokerUnderTest, run paymentRun) time.Durati
 			t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
 		}
 	}
-	st := fake.Stats()
-	for _, p := range ps {
-		if c := st.ChargesByPayment[p.PaymentID]; c != 1 {
-			t.Errorf("payment %s charged %d times, want 1", p.PaymentID, c)
-		}
-	}
-	if st.Charges != int64(n) {
-		t.Errorf("charges = %d, want %d", st.Charges, n)
-	}
+	chargedOnce(t, fake.Stats().ChargesByPayment, ps)
 	reasons, err := b.deadOnes(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -137,7 +137,7 @@ func requestKey(name string) (kmsg.Key, bool) {
 // kafkaError is the error whose protocol name is name.
 func kafkaError(name string) (*kerr.Error, bool) {
 	for code := int16(-1); code < 1000; code++ {
-		if e, ok := kerr.ErrorForCode(code).(*kerr.Error); ok && strings.EqualFold(e.Message, name) {
+		if e := kerr.TypedErrorForCode(code); e != nil && strings.EqualFold(e.Message, name) {
 			return e, true
 		}
 	}

@@ -139,8 +139,13 @@ func TestControl(t *testing.T) {
 		t.Errorf("GET %s: %d hits, want 2", url, hits.Hits)
 	}
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Errorf("DELETE %s: %v %v", url, resp, err)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE %s: %s, want 204", url, resp.Status)
 	}
 }
 
