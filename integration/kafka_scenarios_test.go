@@ -322,7 +322,7 @@ func TestKafkaCommitFails(t *testing.T) {
 // arriving to two workers. No valid record is dead-lettered (the poison
 // produced during the outage is, with its headers), every payment is
 // charged once after the outage, no worker exits, each worker's breaker
-// opens and /readyz answers 503 meanwhile, and both are back to closed and
+// opens and /readyz answers 503 naming the provider meanwhile, and both are back to closed and
 // 200 after; the committed offsets reach the end.
 func TestKafkaProviderOutage(t *testing.T) {
 	k := newKafkaRun(t, "outage")
@@ -362,8 +362,11 @@ func TestKafkaProviderOutage(t *testing.T) {
 			poisonSent = true
 		}
 		for i, a := range addrs {
-			if status(t, a+"/readyz") == http.StatusServiceUnavailable {
+			if code, why := readyz(a); code == http.StatusServiceUnavailable {
 				notReady[i] = true
+				if !strings.Contains(why, "provider") {
+					t.Errorf("%s: /readyz 503 %q during the outage, want it to name the provider", workers[i].name, why)
+				}
 			}
 			opened[i] = metric(t, a, "claimfirst_breaker_opens_total", "")
 		}
@@ -399,7 +402,7 @@ func TestKafkaProviderOutage(t *testing.T) {
 			t.Errorf("%s: claimfirst_breaker_open{dependency=\"provider\"} = %v after the topic drained, want 0", w.name, openNow)
 		}
 		if !notReady[i] {
-			t.Errorf("%s: /readyz never answered 503 during the outage", w.name)
+			t.Errorf("%s: /readyz never answered 503 (naming the provider) during the outage", w.name)
 		}
 		if s := status(t, addrs[i]+"/readyz"); s != http.StatusOK {
 			t.Errorf("%s: /readyz %d after the outage, want 200", w.name, s)
