@@ -71,8 +71,13 @@ func newKafkaRun(t *testing.T, prefix string) *kafkaRun {
 // move within seconds.
 func (k *kafkaRun) env() []string {
 	env := slices.DeleteFunc(withoutBrokers(os.Environ()), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
-	return append(env, "KAFKA_BROKERS="+strings.Join(k.brokers, ","), "KAFKA_TOPIC="+k.topic, "KAFKA_GROUP="+k.group,
-		"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s", "STORE=postgres", "DATABASE_URL="+k.dbURL, "CLAIM_TABLE="+k.table)
+	return append(append(env, k.settings()...), "CLAIM_TABLE="+k.table)
+}
+
+// settings are the broker's and the store's settings alone.
+func (k *kafkaRun) settings() []string {
+	return []string{"KAFKA_BROKERS=" + strings.Join(k.brokers, ","), "KAFKA_TOPIC=" + k.topic, "KAFKA_GROUP=" + k.group,
+		"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s", "STORE=postgres", "DATABASE_URL=" + k.dbURL}
 }
 
 // setup runs `worker setup -postgres`: the topics and the claim table.
@@ -301,10 +306,8 @@ func (k *kafkaRun) claimsCompleted(t *testing.T, want int) {
 
 // broker is k as binaryPayments drives it.
 func (k *kafkaRun) broker() brokerUnderTest {
-	env := []string{"KAFKA_BROKERS=" + strings.Join(k.brokers, ","), "KAFKA_TOPIC=" + k.topic, "KAFKA_GROUP=" + k.group,
-		"KAFKA_SESSION_TIMEOUT=6s", "KAFKA_REBALANCE_TIMEOUT=8s", "STORE=postgres", "DATABASE_URL=" + k.dbURL}
 	return brokerUnderTest{
-		env: env, table: k.table, setup: []string{"-postgres"}, noAWS: true,
+		env: k.settings(), table: k.table, setup: []string{"-postgres"}, noAWS: true,
 		wantOut: []string{"KAFKA_TOPIC=" + k.topic, "KAFKA_DEAD_LETTER_TOPIC=" + k.dlt},
 		produce: k.produce,
 		settled: k.settled,
