@@ -6,6 +6,24 @@
 //
 //	go run ./emulator/kafka -brokers 1
 //
+// With -control 127.0.0.1:0 it also serves kfake's fault injection over
+// HTTP on that address (loopback only: it lets anyone fail the cluster's
+// requests) and prints "KAFKA_CONTROL=host:port" before the brokers' line:
+//
+//	POST   /faults       {"request": "OffsetCommit", "group": "g", "topic": "",
+//	                      "error": "NOT_COORDINATOR", "count": -1}
+//	                     fails the next count requests of that kind (-1: until
+//	                     deleted; default 1) for the entities the group and
+//	                     topic select ("" selects all), answering them with
+//	                     the Kafka error of that protocol name (default
+//	                     UNKNOWN_SERVER_ERROR); answers {"id": n}
+//	GET    /faults/{id}  answers {"hits": n}, the requests the fault failed
+//	DELETE /faults/{id}  ends the fault
+//
+// A request is failed before the broker acts on it, except that an
+// OffsetCommit or a Produce answered REQUEST_TIMED_OUT is applied first, as
+// a real broker's can be.
+//
 // kfake is not Kafka: it keeps every record in memory (nothing survives the
 // process), has no replication, acks or log truncation to model, and
 // enforces no quotas. Its classic group coordinator can wedge for good when
@@ -18,6 +36,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -38,6 +58,7 @@ func run() int {
 	partitions := fs.Int("partitions", 4, "partitions of a topic created without a count")
 	minSession := fs.Duration("min-session-timeout", 100*time.Millisecond, "shortest session timeout a group member may ask for")
 	pidFile := fs.String("pid-file", "", "write the process id to this file once serving")
+	controlAddr := fs.String("control", "", "serve fault injection over HTTP on this loopback address (127.0.0.1:0 picks a port); empty: none")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -59,6 +80,22 @@ func run() int {
 		return 1
 	}
 	defer c.Close()
+	if *controlAddr != "" {
+		host, _, err := net.SplitHostPort(*controlAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			fmt.Fprintf(os.Stderr, "kafka: -control %q: must be a loopback address and port, such as 127.0.0.1:0\n", *controlAddr)
+			return 2
+		}
+		ln, err := net.Listen("tcp", *controlAddr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kafka:", err)
+			return 1
+		}
+		srv := &http.Server{Handler: newControl(c), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer func() { _ = srv.Close() }()
+		fmt.Printf("KAFKA_CONTROL=%s\n", ln.Addr())
+	}
 	if *pidFile != "" {
 		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "kafka:", err)

@@ -67,6 +67,11 @@ type Config struct {
 	// Now is the clock of KeyLifetime and of the charges' creation times.
 	// Defaults to time.Now.
 	Now func() time.Time
+	// OnCharge, if set, is called with the request after each charge is
+	// made and before it is answered: a test's hook into the moment the
+	// effect exists and the caller does not know it yet (to kill the
+	// caller there, say). The answer waits for it to return. Defaults to nil.
+	OnCharge func(r *http.Request, p provider.Payment)
 }
 
 // Stats counts what a Server did.
@@ -322,7 +327,7 @@ func (s *Server) serveCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if s.cfg.IgnoreKeys {
-		s.chargeIgnoringKey(r.Context(), w, key, p)
+		s.chargeIgnoringKey(w, r, key, p)
 		return
 	}
 	rq := &request{payment: payment(p), scope: s.scope(key)}
@@ -381,7 +386,7 @@ func (s *Server) chargeOnce(w http.ResponseWriter, r *http.Request) {
 	p := provider.Payment(rq.payment)
 	key := r.Header.Get("Idempotency-Key")
 	// A 5xx before charging: the middleware releases the key, so a retry charges.
-	status, body, hold, ok := s.tryCharge(w, key, p)
+	status, body, hold, ok := s.tryCharge(w, r, key, p)
 	if !ok {
 		return
 	}
@@ -392,8 +397,9 @@ func (s *Server) chargeOnce(w http.ResponseWriter, r *http.Request) {
 // tryCharge is a first or retried charge of p under id: the configured
 // faults decide, on id's first try, whether it fails before charging
 // (written to w, ok false) or charges and then times out (hold true).
-// Charging takes Latency, whether or not the caller waits for it.
-func (s *Server) tryCharge(w http.ResponseWriter, id string, p provider.Payment) (status int, body []byte, hold, ok bool) {
+// Charging takes Latency, whether or not the caller waits for it; a charge
+// made is passed to OnCharge.
+func (s *Server) tryCharge(w http.ResponseWriter, r *http.Request, id string, p provider.Payment) (status int, body []byte, hold, ok bool) {
 	s.mu.Lock()
 	first := !s.tried[id]
 	s.tried[id] = true
@@ -411,6 +417,9 @@ func (s *Server) tryCharge(w http.ResponseWriter, id string, p provider.Payment)
 	s.mu.Lock()
 	status, body = s.result(p)
 	s.mu.Unlock()
+	if status == http.StatusOK && s.cfg.OnCharge != nil {
+		s.cfg.OnCharge(r, p)
+	}
 	return status, body, hold, true
 }
 
@@ -445,17 +454,17 @@ func (s *Server) observe(_ *http.Request, o idempotency.Outcome) {
 	}
 }
 
-func (s *Server) chargeIgnoringKey(ctx context.Context, w http.ResponseWriter, key string, p provider.Payment) {
+func (s *Server) chargeIgnoringKey(w http.ResponseWriter, r *http.Request, key string, p provider.Payment) {
 	id := key
 	if id == "" {
 		id = p.PaymentID
 	}
-	status, body, hold, ok := s.tryCharge(w, id, p)
+	status, body, hold, ok := s.tryCharge(w, r, id, p)
 	if !ok {
 		return
 	}
 	if hold {
-		s.wait(ctx.Done(), s.cfg.TimeoutDelay)
+		s.wait(r.Context().Done(), s.cfg.TimeoutDelay)
 	}
 	writeBody(w, status, body)
 }

@@ -644,3 +644,23 @@ func TestChargeLog(t *testing.T) {
 		t.Errorf("charge log %v, want %v", got, want)
 	}
 }
+
+// TestOnCharge: the hook sees each charge made, with its request, before
+// the caller has the answer; a replay and a decline are no charges.
+func TestOnCharge(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	_, srv := start(t, fakeprovider.Config{OnCharge: func(r *http.Request, p provider.Payment) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Header.Get("Idempotency-Key")+" "+p.PaymentID)
+	}})
+	post(t, srv, "k1", payBody)
+	post(t, srv, "k1", payBody) // a replay
+	post(t, srv, "k2", `{"payment_id":"decline_1","amount":1,"currency":"EUR"}`)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"k1 pay_1"}; !reflect.DeepEqual(seen, want) {
+		t.Errorf("OnCharge saw %q, want %q", seen, want)
+	}
+}
