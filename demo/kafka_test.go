@@ -1,0 +1,35 @@
+package demo
+
+import (
+	"testing"
+	"time"
+)
+
+// TestKafka: experiment 9 at the default size and seed: the plain
+// consumer charges some payments twice (at least the producer's retries),
+// the claim-based members charge each once and commit every record.
+func TestKafka(t *testing.T) {
+	t.Parallel()
+	res, err := runKafka(t.Context(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	records := n + n/redeliverEvery
+	for _, r := range []kafkaRow{res.Plain, res.Claims} {
+		if r.Records != records || r.Payments != n {
+			t.Fatalf("records %d, payments %d; want %d, %d", r.Records, r.Payments, records, n)
+		}
+	}
+	for _, r := range []kafkaRow{res.Plain, res.Claims} {
+		t.Logf("read again %d, charges %d, uncommitted %d, %s, in %s", r.ReadAgain, r.Charges, r.Uncommitted, r.effects, r.Elapsed.Round(100*time.Millisecond))
+	}
+	if res.Plain.Double < n/redeliverEvery || res.Plain.Lost != 0 {
+		t.Errorf("charge, then commit: double %d, lost %d; want at least the %d producer's retries charged twice, none lost",
+			res.Plain.Double, res.Plain.Lost, n/redeliverEvery)
+	}
+	if res.Claims.Charges != n || !res.Claims.OK() || res.Claims.Uncommitted != 0 {
+		t.Errorf("claim first: charges %d, double %d, lost %d, uncommitted %d; want %d, 0, 0, 0 (committed offsets equal end offsets)",
+			res.Claims.Charges, res.Claims.Double, res.Claims.Lost, res.Claims.Uncommitted, n)
+	}
+}
