@@ -82,10 +82,9 @@ type kafkaRow struct {
 	Payments int
 	// Charges is the number of charges the provider made.
 	Charges int
-	// ReadAgain counts the records read by more than one member, or more
-	// than once by one: each member's distinct records read, summed, less
-	// the records produced. A rebalance and the dead member's uncommitted
-	// records make them.
+	// ReadAgain counts the reads beyond one per record: the records the
+	// members read, summed, less the records produced. A rebalance and the
+	// dead member's uncommitted records make them.
 	ReadAgain int
 	// Uncommitted is the sum over the partitions of the end offset minus
 	// the group's committed offset, at the end: 0 when every record is
@@ -141,7 +140,7 @@ func runKafka(ctx context.Context, opts Options) (kafkaResult, error) {
 
 // kafkaMember is one member of the consumer group.
 type kafkaMember interface {
-	// reads returns how many distinct records the member read.
+	// reads returns how many records the member read.
 	reads() int
 	// die stops the member charging, and cuts it off from the cluster (and
 	// from the claim store) without leaving the group.
@@ -532,31 +531,17 @@ func groupOpts(addrs []string, name string, w *wire) []kgo.Opt {
 	}
 }
 
-// readSet is the distinct records a member read.
-type readSet struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-}
+// readCount counts the records a member read: handed to its handler, or
+// to the protocol (an in-process retry is not a new read; a record fetched
+// again is).
+type readCount struct{ n atomic.Int64 }
 
-func (s *readSet) add(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.seen == nil {
-		s.seen = map[string]struct{}{}
-	}
-	s.seen[id] = struct{}{}
-}
-
-func (s *readSet) reads() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.seen)
-}
+func (c *readCount) reads() int { return int(c.n.Load()) }
 
 // plainMember is a consumer as teams write one with franz-go: poll, charge
 // each record, commit what was polled.
 type plainMember struct {
-	readSet
+	readCount
 	cl     *kgo.Client
 	wire   *wire
 	dying  atomic.Bool
@@ -590,7 +575,7 @@ func startPlainMember(ctx context.Context, opts Options, r *row, addrs []string,
 					report(fmt.Errorf("record %s/%d/%d: %w", rec.Topic, rec.Partition, rec.Offset, err))
 					return
 				}
-				m.add(fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset))
+				m.n.Add(1)
 				opts.progress.receive()
 				if _, err := r.client.Charge(ctx, p.PaymentID, p); err != nil {
 					if ctx.Err() == nil {
@@ -628,7 +613,7 @@ func (m *plainMember) stop() error {
 // claimMember is a kafkaworker.Worker charging through the handler below,
 // over the row's claim store.
 type claimMember struct {
-	readSet
+	readCount
 	w      *kafkaworker.Worker
 	wire   *wire
 	store  *cutStore
@@ -668,7 +653,9 @@ func startClaimMember(ctx context.Context, opts Options, r *row, addrs []string,
 			Store:   m.store,
 			Handler: h,
 			Decoder: worker.DecoderFunc(func(msg *worker.Message) error {
-				m.add(msg.ID) // topic/partition/offset
+				if msg.Attempt == 1 {
+					m.n.Add(1)
+				}
 				return dec.Decode(msg)
 			}),
 			Retention: kafkaRetention,
@@ -681,7 +668,6 @@ func startClaimMember(ctx context.Context, opts Options, r *row, addrs []string,
 		SessionTimeout:   kafkaSession,
 		RebalanceTimeout: kafkaRebalance,
 		Lease:            kafkaLease,
-		CommitInterval:   500 * time.Millisecond,
 		ShutdownTimeout:  time.Second,
 		ClientOptions: []kgo.Opt{
 			kgo.ClientID(clientID(name)), kgo.Dialer(m.wire.dial), kgo.FetchMaxWait(100 * time.Millisecond),
