@@ -1,8 +1,12 @@
 package demo
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/claimfirst/claimfirst/claimstore"
+	"github.com/claimfirst/claimfirst/claimstore/memory"
 )
 
 // TestKafka: experiment 9 at the default size and seed: the plain
@@ -35,4 +39,27 @@ func TestKafka(t *testing.T) {
 		t.Errorf("claim first: charges %d, double %d, lost %d, uncommitted %d; want %d, 0, 0, 0 (committed offsets equal end offsets)",
 			res.Claims.Charges, res.Claims.Double, res.Claims.Lost, res.Claims.Uncommitted, n)
 	}
+}
+
+// TestKafkaRunsTheLibrary: the claim-based row runs the library's
+// protocol over the claim store, so a store whose Acquire always wins
+// shows in it: the producer's retries are charged twice.
+func TestKafkaRunsTheLibrary(t *testing.T) {
+	t.Parallel()
+	opts := Options{Payments: 200, Seed: 1}
+	opts.NewStore = func(_ context.Context, _ string, now func() time.Time) (claimstore.Store, error) {
+		return everyoneWins{memory.New(memory.Config{Now: now})}, nil
+	}
+	if err := opts.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	ps := payments(opts.Payments, opts.Seed)
+	row, err := runKafkaRow(t.Context(), opts, "kafka-broken", labelKafkaClaims, true, ps, choose(ps, redeliverEvery, opts.Seed, saltKafka))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Double < opts.Payments/redeliverEvery {
+		t.Errorf("claims that everyone wins: double %d, want at least the %d producer's retries", row.Double, opts.Payments/redeliverEvery)
+	}
+	t.Logf("claims that everyone wins: charges %d, %s", row.Charges, row.effects)
 }

@@ -125,18 +125,9 @@ func (k kafkaSecurity) clientOptions() ([]kgo.Opt, error) {
 		return nil, usagef("%s %q: want %s, %s, %s or %s", ss[2], *k.mechanism, mechPlain, mechScram256, mechScram512, mechAWSMSKIAM)
 	}
 
-	on := *k.caFile != "" || mech == mechAWSMSKIAM
-	if v := strings.TrimSpace(*k.tls); v != "" {
-		var err error
-		if on, err = parseOnOff(v); err != nil {
-			return nil, usagef("%s %q: want on or off", ss[0], v)
-		}
-		switch {
-		case !on && *k.caFile != "":
-			return nil, usagef("%s is off, but %s is set: a CA file is for TLS", ss[0], ss[1])
-		case !on && mech == mechAWSMSKIAM:
-			return nil, usagef("%s is off, but %s is %s, which MSK accepts over TLS only", ss[0], ss[2], mech)
-		}
+	on, err := k.tlsOn()
+	if err != nil {
+		return nil, err
 	}
 	if !on {
 		return opts, nil
@@ -155,6 +146,35 @@ func (k kafkaSecurity) clientOptions() ([]kgo.Opt, error) {
 	}
 	// franz-go sets each broker's ServerName from its host.
 	return append(opts, kgo.DialTLSConfig(tc)), nil
+}
+
+// tlsOn reports whether the connection uses TLS: KAFKA_TLS if set, else
+// whether a CA file is given or the mechanism is AWS_MSK_IAM.
+func (k kafkaSecurity) tlsOn() (bool, error) {
+	ss := kafkaSecuritySettings
+	mech := strings.ToUpper(strings.TrimSpace(*k.mechanism))
+	on := *k.caFile != "" || mech == mechAWSMSKIAM
+	v := strings.TrimSpace(*k.tls)
+	if v == "" {
+		return on, nil
+	}
+	on, err := parseOnOff(v)
+	switch {
+	case err != nil:
+		return false, usagef("%s %q: want on or off", ss[0], v)
+	case !on && *k.caFile != "":
+		return false, usagef("%s is off, but %s is set: a CA file is for TLS", ss[0], ss[1])
+	case !on && mech == mechAWSMSKIAM:
+		return false, usagef("%s is off, but %s is %s, which MSK accepts over TLS only", ss[0], ss[2], mech)
+	}
+	return on, nil
+}
+
+// cleartextPassword reports whether the settings send a password as it is
+// over a connection without TLS: PLAIN without KAFKA_TLS.
+func (k kafkaSecurity) cleartextPassword() bool {
+	on, err := k.tlsOn()
+	return err == nil && !on && strings.EqualFold(strings.TrimSpace(*k.mechanism), mechPlain)
 }
 
 // parseOnOff parses on/off as well as strconv.ParseBool's values.

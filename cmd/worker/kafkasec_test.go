@@ -155,7 +155,7 @@ func kafkaConnect(ctx context.Context, t *testing.T, env map[string]string, cmds
 		Handler: worker.HandlerFunc(func(context.Context, *worker.Message) (string, error) { return "", nil }),
 		Logger:  slog.New(slog.DiscardHandler),
 	}
-	c, err := start(ctx, nil, p)
+	c, err := start(ctx, &app{log: slog.New(slog.DiscardHandler)}, p)
 	if err != nil {
 		return err
 	}
@@ -353,4 +353,29 @@ func testCA(t *testing.T) (caFile string, server tls.Certificate) {
 		t.Fatal(err)
 	}
 	return caFile, tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}
+}
+
+// TestKafkaCleartextPassword: PLAIN without TLS is the one setting that
+// sends the password as it is, which run and setup warn of.
+func TestKafkaCleartextPassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN"}, true},
+		{map[string]string{"KAFKA_SASL_MECHANISM": "plain", "KAFKA_TLS": "off"}, true},
+		{map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_TLS": "on"}, false},
+		{map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-256"}, false},
+		{map[string]string{}, false},
+	} {
+		s := newSettings("run", stdio{getenv: func(k string) string { return tc.env[k] }, stdout: io.Discard, stderr: io.Discard})
+		k := defineKafkaSecurity(s)
+		if err := s.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.cleartextPassword(); got != tc.want {
+			t.Errorf("%v: cleartext password %t, want %t", tc.env, got, tc.want)
+		}
+	}
 }

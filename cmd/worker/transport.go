@@ -262,8 +262,11 @@ func (b *brokerFlags) kafka(shared sqsworker.Config, retention time.Duration) (s
 		return nil, err
 	}
 	cfg.ClientOptions = sec
-	return func(ctx context.Context, _ *app, p worker.Protocol) (consumer, error) {
+	return func(ctx context.Context, ap *app, p worker.Protocol) (consumer, error) {
 		cfg.Protocol = p
+		if b.kafkaSec.cleartextPassword() {
+			ap.log.Warn("KAFKA_SASL_MECHANISM=PLAIN without KAFKA_TLS sends KAFKA_SASL_PASSWORD as it is: set KAFKA_TLS=on (or KAFKA_TLS_CA_FILE)")
+		}
 		nctx, refused := watch.during(ctx)
 		w, err := kafkaworker.New(nctx, cfg)
 		if err = refused(err); err != nil {
