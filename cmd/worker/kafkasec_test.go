@@ -292,6 +292,14 @@ func TestKafkaTLS(t *testing.T) {
 			t.Fatalf("SASL %t, with the CA file: %v", withSASL, err)
 		}
 		if withSASL {
+			// kfake has no AWS_MSK_IAM: the mechanism reaches the broker,
+			// which refuses it, at once and saying so.
+			msk := kafkaEnv(addrs, map[string]string{"KAFKA_TLS_CA_FILE": caFile, "KAFKA_SASL_MECHANISM": mechAWSMSKIAM})
+			err := kafkaAttempt(t, msk, "setup")
+			if err == nil || !strings.Contains(err.Error(), "UNSUPPORTED_SASL_MECHANISM") {
+				t.Errorf("AWS_MSK_IAM at kfake: %v; want the broker's UNSUPPORTED_SASL_MECHANISM", err)
+			}
+			t.Logf("AWS_MSK_IAM at kfake: %v", err)
 			continue
 		}
 		pool := x509.NewCertPool()
