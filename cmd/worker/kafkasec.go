@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -37,12 +38,16 @@ var kafkaSecuritySettings = []namedSetting{
 	{"", "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM"},
 	{"", "kafka-sasl-username", "KAFKA_SASL_USERNAME"},
 	{"", "kafka-sasl-password", "KAFKA_SASL_PASSWORD"},
+	{"", "kafka-sasl-password-secret-id", "KAFKA_SASL_PASSWORD_SECRET_ID"},
 }
 
 // kafkaSecurity holds the parsed TLS and SASL settings.
 type kafkaSecurity struct {
 	tls, caFile, mechanism, username *string
 	password                         *secret
+	// passwordID names a Secrets Manager secret holding the password,
+	// read into password by readPassword at start.
+	passwordID *string
 	// awsCreds gives AWS_MSK_IAM its credentials; defaults to the AWS
 	// SDK's chain, as for SQS and DynamoDB.
 	awsCreds func(ctx context.Context) (saslaws.Auth, error)
@@ -60,12 +65,14 @@ func defineKafkaSecurity(s *settings) kafkaSecurity {
 			"Kafka: SASL mechanism, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or AWS_MSK_IAM (credentials from the AWS SDK's chain) (default: no SASL)"),
 		username: s.String(k[3].flag, k[3].env, "", "Kafka: SASL username (PLAIN and SCRAM)"),
 		password: s.Secret(k[4].flag, k[4].env, "Kafka: SASL password (PLAIN and SCRAM); never printed"),
+		passwordID: s.String(k[5].flag, k[5].env, "",
+			"Kafka: Secrets Manager secret (name or ARN) holding KAFKA_SASL_PASSWORD, read at start instead"),
 	}
 }
 
 // set reports whether any TLS or SASL setting has a value.
 func (k kafkaSecurity) set() (namedSetting, bool) {
-	for i, v := range []string{*k.tls, *k.caFile, *k.mechanism, *k.username, k.password.Value()} {
+	for i, v := range []string{*k.tls, *k.caFile, *k.mechanism, *k.username, k.password.Value(), *k.passwordID} {
 		if v != "" {
 			return kafkaSecuritySettings[i], true
 		}
@@ -89,32 +96,45 @@ func (k kafkaSecurity) options() ([]kgo.Opt, *saslWatch, error) {
 func (k kafkaSecurity) clientOptions() ([]kgo.Opt, error) {
 	ss := kafkaSecuritySettings
 	mech := strings.ToUpper(strings.TrimSpace(*k.mechanism))
-	user, pass := *k.username, k.password.Value()
+	user := *k.username
+	pass := k.password.Value() != "" || *k.passwordID != "" // a password, or where to read it
+	if k.password.Value() != "" && *k.passwordID != "" {
+		return nil, usagef("%s and %s are both set: give the password one way", ss[4], ss[5])
+	}
 	var opts []kgo.Opt
 	switch mech {
 	case "":
-		if user != "" || pass != "" {
+		if user != "" || pass {
 			return nil, usagef("%s and %s are for SASL: set %s too (%s, %s, %s or %s)",
 				ss[3], ss[4], ss[2], mechPlain, mechScram256, mechScram512, mechAWSMSKIAM)
 		}
 	case mechPlain, mechScram256, mechScram512:
-		if user == "" || pass == "" {
-			return nil, usagef("%s %s needs %s and %s", ss[2], mech, ss[3], ss[4])
+		if user == "" || !pass {
+			return nil, usagef("%s %s needs %s and %s (or %s)", ss[2], mech, ss[3], ss[4], ss[5])
 		}
+		// The password is read when a connection authenticates: by then
+		// readPassword has filled it in from KAFKA_SASL_PASSWORD_SECRET_ID.
+		password := k.password
 		var m sasl.Mechanism
 		switch mech {
 		case mechPlain:
-			m = plain.Auth{User: user, Pass: pass}.AsMechanism()
+			m = plain.Plain(func(context.Context) (plain.Auth, error) {
+				return plain.Auth{User: user, Pass: password.Value()}, nil
+			})
 		case mechScram256:
-			m = scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
+			m = scram.Sha256(func(context.Context) (scram.Auth, error) {
+				return scram.Auth{User: user, Pass: password.Value()}, nil
+			})
 		default:
-			m = scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
+			m = scram.Sha512(func(context.Context) (scram.Auth, error) {
+				return scram.Auth{User: user, Pass: password.Value()}, nil
+			})
 		}
 		opts = append(opts, kgo.SASL(m))
 	case mechAWSMSKIAM:
-		if user != "" || pass != "" {
-			return nil, usagef("%s %s takes its credentials from the AWS SDK (AWS_ACCESS_KEY_ID, a role, ...): unset %s and %s",
-				ss[2], mech, ss[3], ss[4])
+		if user != "" || pass {
+			return nil, usagef("%s %s takes its credentials from the AWS SDK (AWS_ACCESS_KEY_ID, a role, ...): unset %s and %s (or %s)",
+				ss[2], mech, ss[3], ss[4], ss[5])
 		}
 		creds := k.awsCreds
 		if creds == nil {
@@ -175,6 +195,24 @@ func (k kafkaSecurity) tlsOn() (bool, error) {
 func (k kafkaSecurity) cleartextPassword() bool {
 	on, err := k.tlsOn()
 	return err == nil && !on && strings.EqualFold(strings.TrimSpace(*k.mechanism), mechPlain)
+}
+
+// readPassword reads the SASL password from KAFKA_SASL_PASSWORD_SECRET_ID's
+// secret in Secrets Manager, if it is set, before the first connection.
+func (k kafkaSecurity) readPassword(ctx context.Context) error {
+	if *k.passwordID == "" {
+		return nil
+	}
+	cfg, err := loadAWSConfig(ctx, false)
+	if err != nil {
+		return err
+	}
+	v, err := readNamedSecret(ctx, secretsmanager.NewFromConfig(cfg), kafkaSecuritySettings[5].env, *k.passwordID)
+	if err != nil {
+		return err
+	}
+	*k.password = v
+	return nil
 }
 
 // parseOnOff parses on/off as well as strconv.ParseBool's values.

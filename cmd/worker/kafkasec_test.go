@@ -20,11 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/claimfirst/claimfirst/claimstore/memory"
+	"github.com/claimfirst/claimfirst/internal/awstest"
 	"github.com/claimfirst/claimfirst/worker"
 	"github.com/claimfirst/claimfirst/worker/sqsworker"
 )
@@ -51,7 +54,7 @@ func TestKafkaSecurityBadSettings(t *testing.T) {
 		want string
 	}{
 		{"mechanism without username", map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_PASSWORD": kafkaPassword},
-			"KAFKA_SASL_MECHANISM (-kafka-sasl-mechanism) PLAIN needs KAFKA_SASL_USERNAME (-kafka-sasl-username) and KAFKA_SASL_PASSWORD"},
+			"KAFKA_SASL_MECHANISM (-kafka-sasl-mechanism) PLAIN needs KAFKA_SASL_USERNAME (-kafka-sasl-username) and KAFKA_SASL_PASSWORD (-kafka-sasl-password) (or KAFKA_SASL_PASSWORD_SECRET_ID"},
 		{"mechanism without password", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME": "alice"},
 			"KAFKA_SASL_MECHANISM (-kafka-sasl-mechanism) SCRAM-SHA-512 needs"},
 		{"unknown mechanism", map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "alice", "KAFKA_SASL_PASSWORD": kafkaPassword},
@@ -68,6 +71,11 @@ func TestKafkaSecurityBadSettings(t *testing.T) {
 			"KAFKA_TLS_CA_FILE (-kafka-tls-ca-file) " + notPEM + ": no PEM certificate in it"},
 		{"CA file with TLS off", map[string]string{"KAFKA_TLS_CA_FILE": notPEM, "KAFKA_TLS": "off"},
 			"KAFKA_TLS (-kafka-tls) is off, but KAFKA_TLS_CA_FILE"},
+		{"password given twice", map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "alice",
+			"KAFKA_SASL_PASSWORD": kafkaPassword, "KAFKA_SASL_PASSWORD_SECRET_ID": "kafka-password"},
+			"KAFKA_SASL_PASSWORD (-kafka-sasl-password) and KAFKA_SASL_PASSWORD_SECRET_ID (-kafka-sasl-password-secret-id) are both set"},
+		{"secret id without mechanism", map[string]string{"KAFKA_SASL_PASSWORD_SECRET_ID": "kafka-password"},
+			"set KAFKA_SASL_MECHANISM (-kafka-sasl-mechanism) too"},
 		{"TLS neither on nor off", map[string]string{"KAFKA_TLS": "maybe"},
 			`KAFKA_TLS (-kafka-tls) "maybe": want on or off`},
 	}
@@ -385,5 +393,31 @@ func TestKafkaCleartextPassword(t *testing.T) {
 		if got := k.cleartextPassword(); got != tc.want {
 			t.Errorf("%v: cleartext password %t, want %t", tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestKafkaSASLPasswordFromSecretsManager: with
+// KAFKA_SASL_PASSWORD_SECRET_ID the password is read from Secrets Manager
+// (the emulator's) at start, and the binary's clients authenticate with
+// it; an absent secret is an error naming the setting.
+func TestKafkaSASLPasswordFromSecretsManager(t *testing.T) {
+	t.Parallel()
+	api := secretsmanager.NewFromConfig(awstest.Config(t))
+	name := awstest.Name("kafka-password")
+	if _, err := api.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(kafkaPassword + "\n")}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(mechScram512, "alice", kafkaPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	env := kafkaEnv(c.ListenAddrs(), map[string]string{"KAFKA_SASL_MECHANISM": mechScram512, "KAFKA_SASL_USERNAME": "alice", "KAFKA_SASL_PASSWORD_SECRET_ID": name})
+	if err := kafkaAttempt(t, env, "setup run"); err != nil {
+		t.Fatalf("password from Secrets Manager: %v", err)
+	}
+	env["KAFKA_SASL_PASSWORD_SECRET_ID"] = awstest.Name("absent")
+	if err := kafkaAttempt(t, env, "setup"); err == nil || !strings.Contains(err.Error(), "KAFKA_SASL_PASSWORD_SECRET_ID") {
+		t.Errorf("absent secret: %v; want an error naming KAFKA_SASL_PASSWORD_SECRET_ID", err)
 	}
 }

@@ -55,6 +55,9 @@ func (k kafkaSetup) setup(ctx context.Context, report io.Writer) ([][2]string, e
 	if err != nil {
 		return nil, err
 	}
+	if err := k.sec.readPassword(ctx); err != nil {
+		return nil, err
+	}
 	if k.sec.cleartextPassword() {
 		fmt.Fprintln(report, "setup: KAFKA_SASL_MECHANISM=PLAIN without KAFKA_TLS sends KAFKA_SASL_PASSWORD as it is: set KAFKA_TLS=on (or KAFKA_TLS_CA_FILE)")
 	}

@@ -267,6 +267,9 @@ func (b *brokerFlags) kafka(shared sqsworker.Config, retention time.Duration) (s
 		if b.kafkaSec.cleartextPassword() {
 			ap.log.Warn("KAFKA_SASL_MECHANISM=PLAIN without KAFKA_TLS sends KAFKA_SASL_PASSWORD as it is: set KAFKA_TLS=on (or KAFKA_TLS_CA_FILE)")
 		}
+		if err := b.kafkaSec.readPassword(ctx); err != nil {
+			return consumer{}, err
+		}
 		nctx, refused := watch.during(ctx)
 		w, err := kafkaworker.New(nctx, cfg)
 		if err = refused(err); err != nil {
