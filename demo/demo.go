@@ -23,7 +23,7 @@ const (
 
 // Experiments is the number of experiments; Options.Experiment is 1 to
 // Experiments, or 0 for all.
-const Experiments = 8
+const Experiments = 9
 
 // StoreFactory returns the claim store for one row of an experiment. Every
 // call must give a store in which no key has been claimed yet: a fresh memory
@@ -217,6 +217,14 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 			"The key protects a retry only while the provider remembers it. A retry whose claim was first acquired longer ago than the key lifetime looks the charge up and completes with it instead of charging again.",
 			func(ctx context.Context, o Options) ([]tableRow, error) {
 				r, err := runForget(ctx, o)
+				return r.rows(), err
+			},
+		},
+		{
+			"Experiment 9: Kafka: a member joins the consumer group mid-run, another dies before committing (kfake, in process)",
+			"Charged, then committed, a record the dead member charged is read again by its partition's next owner and charged again, as is a producer's retry; claimed first on the payment id, every copy after the first replays the charge, and the committed offsets reach the end offsets.",
+			func(ctx context.Context, o Options) ([]tableRow, error) {
+				r, err := runKafka(ctx, o)
 				return r.rows(), err
 			},
 		},

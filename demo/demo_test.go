@@ -247,6 +247,9 @@ func parseOutput(t *testing.T, out string) (headings []string, rows []parsedRow)
 	return headings, rows
 }
 
+// kafkaNames are experiment 9's pair names.
+var kafkaNames = []string{"records", "payments", "read again", "charges", "uncommitted"}
+
 // TestRunOutput checks the printed tables' shape and that their numbers are
 // the measured ones: every table row parses as a label, pairs and a mark, the
 // labels and pair names are those of the README, every experiment
@@ -287,8 +290,13 @@ func TestRunOutput(t *testing.T) {
 		{"one transaction", []string{"payments", "crashed", "ledger entries"}, n, true},
 		{"retry with the forgotten key", []string{"payments", "late retries", "charges"}, n + n/50, false},
 		{"look up before charging", []string{"payments", "late retries", "charges"}, n, true},
+		{"charge, then commit", kafkaNames, -1, false},
+		{"claim first (kafkaworker)", kafkaNames, n, true},
 	}
 	headings, rows := parseOutput(t, out.String())
+	if k := rows[len(rows)-1]; k.label == "claim first (kafkaworker)" && k.pairs["uncommitted"] != 0 {
+		t.Errorf("row %q: uncommitted %d, want 0: committed offsets equal end offsets", k.label, k.pairs["uncommitted"])
+	}
 	if len(headings) != Experiments {
 		t.Errorf("%d headings, want %d:\n%s", len(headings), Experiments, out.String())
 	}
@@ -310,7 +318,11 @@ func TestRunOutput(t *testing.T) {
 			continue
 		}
 		units, effects := r.pairs[w.names[1]], r.pairs[w.names[2]]
-		if w.names[0] != "deliveries" {
+		switch w.names[0] {
+		case "deliveries":
+		case "records":
+			units, effects = r.pairs["payments"], r.pairs["charges"]
+		default:
 			units = r.pairs[w.names[0]]
 		}
 		if units != n {

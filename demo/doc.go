@@ -1,4 +1,4 @@
-// Package demo reproduces, with measured numbers, the eight experiments that
+// Package demo reproduces, with measured numbers, the nine experiments that
 // explain the claim protocol (the repository's docs/demo.md; the protocol
 // itself is in the repository's docs/protocol.md) and what it must get right
 // around it:
@@ -31,10 +31,16 @@
 //     payment whose outcome was unknown is redriven two days later. Retrying
 //     with the forgotten key charges again; looking the charge up first, when
 //     the claim's first acquisition is older than the key lifetime, does not.
+//  9. Kafka: a consumer group on an in-process kfake cluster, some payments
+//     produced twice (a producer's retry), a member that joins mid-run and one
+//     that dies after charging and before committing. A consumer that
+//     charges, then commits charges each retry and each record read again
+//     twice; kafkaworker members over the claims charge each payment once and
+//     commit every record.
 //
 // Each experiment is a function (Race, Release, Lease, Key, Natural,
-// Remember, Ledger, Forget) that takes Options and returns the numbers it
-// measured; Run runs them and prints the tables that `worker demo` shows.
+// Remember, Ledger, Forget, Kafka) that takes Options and returns the
+// numbers it measured; Run runs them and prints the tables that `worker demo` shows.
 // Every row ends with a mark that says whether its effects were exactly
 // once: "ok", "double N" (N effects beyond one per unit) or "lost N" (N
 // units with none).
@@ -62,4 +68,10 @@
 // its claims in a memory store whatever Options.NewStore says; with it
 // (DynamoDBLedger), the ledger is a DynamoDB table and the transactional row
 // is a real TransactWriteItems of the entry, the balance and the claim.
+//
+// Experiment 9 runs on real time: a kfake cluster
+// (github.com/twmb/franz-go/pkg/kfake) on 127.0.0.1 per row, franz-go clients over TCP, a session timeout of
+// 1.5 s, and the fake provider over HTTP; its claim-based row uses
+// Options.NewStore's store. kfake keeps everything in memory and has no
+// replication: the experiment shows the consumer's side.
 package demo

@@ -29,6 +29,7 @@ const (
 	saltRemember
 	saltLedger
 	saltForget
+	saltKafka
 )
 
 // oneAttempt is a client that reports a failed attempt to the handler at once,

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"testing"
+	"time"
 
 	"github.com/claimfirst/claimfirst/internal/pgtest"
 )
@@ -46,4 +47,26 @@ func TestLedgerPostgres(t *testing.T) {
 	if o := res.OneTransaction; o.Crashed != n/50 || o.Entries != n || !o.OK() || o.BalanceError != 0 {
 		t.Errorf("one transaction on PostgreSQL: %+v; want %d crashed, %d entries, ok, balances exact", o, n/50, n)
 	}
+}
+
+// TestKafkaPostgres runs experiment 9's claim-based row with its claims in
+// PostgreSQL: each payment charged once, every record committed.
+func TestKafkaPostgres(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool)
+	const n = 400
+	opts := Options{Payments: n, Seed: 1, NewStore: PostgresStores(pool, table)}
+	if err := opts.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	ps := payments(n, opts.Seed)
+	r, err := runKafkaRow(t.Context(), opts, "kafka-claims", labelKafkaClaims, true, ps, choose(ps, redeliverEvery, opts.Seed, saltKafka))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Charges != n || !r.OK() || r.Uncommitted != 0 {
+		t.Errorf("claim first on PostgreSQL: charges %d, %s, uncommitted %d; want %d, ok, 0", r.Charges, r.effects, r.Uncommitted, n)
+	}
+	t.Logf("claim first on PostgreSQL: read again %d, charges %d, %s, in %s", r.ReadAgain, r.Charges, r.effects, r.Elapsed.Round(100*time.Millisecond))
 }

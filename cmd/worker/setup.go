@@ -53,6 +53,9 @@ func cmdSetup(ctx context.Context, args []string, io stdio) error {
 	switch {
 	case *k.brokers != "" && *r.url != "":
 		return usagef("%s and %s are both set: set one, to set up Kafka or RabbitMQ (neither: SQS)", kafkaChoice, amqpChoice)
+	case *k.brokers == "" && secSet(k.sec):
+		n, _ := k.sec.set()
+		return usagef("%s is set, but it applies to Kafka (%s) only, and KAFKA_BROKERS is not set", n, kafkaChoice.env)
 	case (*k.brokers != "" || *r.url != "") && *fifo:
 		return usagef("-fifo (QUEUE_FIFO) is SQS's: not with KAFKA_BROKERS or AMQP_URL")
 	case *k.brokers != "":

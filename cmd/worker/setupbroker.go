@@ -21,6 +21,7 @@ import (
 type kafkaSetup struct {
 	brokers, topic, dlt *string
 	partitions, rf      *int
+	sec                 kafkaSecurity
 }
 
 func defineKafkaSetup(s *settings) kafkaSetup {
@@ -31,6 +32,7 @@ func defineKafkaSetup(s *settings) kafkaSetup {
 		dlt:        s.String(k[3].flag, k[3].env, "", "Kafka: the dead-letter topic (default: <topic>"+kafkaworker.DeadLetterSuffix+")"),
 		partitions: s.Int("kafka-partitions", "KAFKA_PARTITIONS", 3, "Kafka: the topic's partitions (the dead-letter topic has one)"),
 		rf:         s.Int("kafka-replication-factor", "KAFKA_REPLICATION_FACTOR", -1, "Kafka: both topics' replication factor (-1: the brokers' default)"),
+		sec:        defineKafkaSecurity(s),
 	}
 }
 
@@ -49,7 +51,17 @@ func (k kafkaSetup) setup(ctx context.Context, report io.Writer) ([][2]string, e
 	case *k.rf == 0 || *k.rf < -1 || *k.rf > 32767:
 		return nil, usagef("KAFKA_REPLICATION_FACTOR (-kafka-replication-factor) %d: must be -1 or 1 to 32767", *k.rf)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(splitList(*k.brokers)...))
+	sec, watch, err := k.sec.options()
+	if err != nil {
+		return nil, err
+	}
+	if err := k.sec.readPassword(ctx); err != nil {
+		return nil, err
+	}
+	if k.sec.cleartextPassword() {
+		fmt.Fprintln(report, "setup: KAFKA_SASL_MECHANISM=PLAIN without KAFKA_TLS sends KAFKA_SASL_PASSWORD as it is: set KAFKA_TLS=on (or KAFKA_TLS_CA_FILE)")
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(splitList(*k.brokers)...)}, sec...)...)
 	if err != nil {
 		return nil, usagef("KAFKA_BROKERS (-kafka-brokers): %v", err)
 	}
@@ -57,6 +69,8 @@ func (k kafkaSetup) setup(ctx context.Context, report io.Writer) ([][2]string, e
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ctx, refused := watch.during(ctx)
+	defer func() { _ = refused(nil) }()
 	for _, t := range []struct {
 		kind, name string
 		partitions int32
@@ -66,7 +80,7 @@ func (k kafkaSetup) setup(ctx context.Context, report io.Writer) ([][2]string, e
 		case errors.Is(err, kerr.TopicAlreadyExists):
 			fmt.Fprintf(report, "setup: %s %s exists\n", t.kind, t.name)
 		case err != nil:
-			return nil, fmt.Errorf("setup: create %s %s: %w", t.kind, t.name, err)
+			return nil, fmt.Errorf("setup: create %s %s: %w", t.kind, t.name, refused(err))
 		default:
 			fmt.Fprintf(report, "setup: created %s %s (%d %s)\n", t.kind, t.name, t.partitions, plural(int(t.partitions), "partition"))
 		}

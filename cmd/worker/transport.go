@@ -72,6 +72,7 @@ type brokerFlags struct {
 	kafkaBrokers, kafkaTopic, kafkaGroup, kafkaDLT    *string
 	kafkaSession, kafkaRebalance                      *time.Duration
 	kafkaPartitionOrder                               *bool
+	kafkaSec                                          kafkaSecurity
 	amqpURL, amqpQueue, amqpDLQ                       *string
 	amqpDeliveryLimit                                 *int
 	amqpConsumerTimeout, amqpMaxReturnDelay, leaseFor *time.Duration
@@ -85,7 +86,7 @@ func defineBrokerFlags(s *settings) *brokerFlags {
 	dur := func(n namedSetting, help string) *time.Duration { return s.Duration(n.flag, n.env, 0, help) }
 	k, r := kafkaSettings, rabbitSettings
 	return &brokerFlags{
-		kafkaBrokers: str(k[0], "Kafka seed brokers, host:port,..., plaintext (consume Kafka instead of SQS; exactly one of QUEUE_URL, KAFKA_BROKERS, AMQP_URL)"),
+		kafkaBrokers: str(k[0], "Kafka seed brokers, host:port,... (consume Kafka instead of SQS; exactly one of QUEUE_URL, KAFKA_BROKERS, AMQP_URL; TLS and SASL: KAFKA_TLS, KAFKA_SASL_MECHANISM)"),
 		kafkaTopic:   str(k[1], "Kafka: the topic consumed (required with KAFKA_BROKERS)"),
 		kafkaGroup:   str(k[2], "Kafka: the consumer group (required with KAFKA_BROKERS)"),
 		kafkaDLT:     str(k[3], "Kafka: the dead-letter topic (default: <topic>"+kafkaworker.DeadLetterSuffix+")"),
@@ -101,6 +102,7 @@ func defineBrokerFlags(s *settings) *brokerFlags {
 		amqpConsumerTimeout: dur(r[4], fmt.Sprintf("RabbitMQ: the broker's consumer_timeout; every hold stays 5m under it (default %s)", rabbitworker.DefaultConsumerTimeout)),
 		amqpMaxReturnDelay: dur(r[5], fmt.Sprintf("RabbitMQ: the longest a delivery to retry later is kept unacked before it is requeued (default %s)",
 			rabbitworker.DefaultMaxReturnDelay)),
+		kafkaSec: defineKafkaSecurity(s),
 		leaseFor: dur(leaseSetting, fmt.Sprintf("Kafka and RabbitMQ: the claim's lease, renewed while the handler runs (default: Kafka a third of the session timeout, RabbitMQ %s; SQS: VISIBILITY_TIMEOUT)",
 			rabbitworker.DefaultLease)),
 	}
@@ -188,6 +190,9 @@ func (b *brokerFlags) othersUnset(chosen namedSetting, cfg sqsworker.Config) err
 		{kafkaSettings[1], *b.kafkaTopic != ""}, {kafkaSettings[2], *b.kafkaGroup != ""}, {kafkaSettings[3], *b.kafkaDLT != ""},
 		{kafkaSettings[4], *b.kafkaSession != 0}, {kafkaSettings[5], *b.kafkaRebalance != 0}, {kafkaSettings[6], *b.kafkaPartitionOrder},
 	}
+	if n, set := b.kafkaSec.set(); set {
+		kafkaOnly = append(kafkaOnly, setBy{n, true})
+	}
 	rabbitOnly := []setBy{
 		{rabbitSettings[1], *b.amqpQueue != ""}, {rabbitSettings[2], *b.amqpDLQ != ""}, {rabbitSettings[3], *b.amqpDeliveryLimit != 0},
 		{rabbitSettings[4], *b.amqpConsumerTimeout != 0}, {rabbitSettings[5], *b.amqpMaxReturnDelay != 0},
@@ -252,10 +257,22 @@ func (b *brokerFlags) kafka(shared sqsworker.Config, retention time.Duration) (s
 	if err := cfg.CheckSettings(); err != nil {
 		return nil, reword(err, kafkaSettings...)
 	}
-	return func(ctx context.Context, _ *app, p worker.Protocol) (consumer, error) {
+	sec, watch, err := b.kafkaSec.options()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClientOptions = sec
+	return func(ctx context.Context, ap *app, p worker.Protocol) (consumer, error) {
 		cfg.Protocol = p
-		w, err := kafkaworker.New(ctx, cfg)
-		if err != nil {
+		if b.kafkaSec.cleartextPassword() {
+			ap.log.Warn("KAFKA_SASL_MECHANISM=PLAIN without KAFKA_TLS sends KAFKA_SASL_PASSWORD as it is: set KAFKA_TLS=on (or KAFKA_TLS_CA_FILE)")
+		}
+		if err := b.kafkaSec.readPassword(ctx); err != nil {
+			return consumer{}, err
+		}
+		nctx, refused := watch.during(ctx)
+		w, err := kafkaworker.New(nctx, cfg)
+		if err = refused(err); err != nil {
 			return consumer{}, err
 		}
 		return healthConsumer(w, p.Metrics), nil

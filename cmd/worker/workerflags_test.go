@@ -124,7 +124,7 @@ func TestREADMESettingsTable(t *testing.T) {
 	for _, r := range workerSettings {
 		all = append(all, row{r.field, r.flag, r.env})
 	}
-	for _, n := range append(append([]namedSetting{}, kafkaSettings...), rabbitSettings...) {
+	for _, n := range append(append(append([]namedSetting{}, kafkaSettings...), kafkaSecuritySettings...), rabbitSettings...) {
 		all = append(all, row{"", n.flag, n.env})
 	}
 	for _, r := range all {
@@ -169,7 +169,7 @@ func TestRunHelpNamesEveryBroker(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "exactly one") {
 		t.Fatalf("run -h: exit %d, stdout %q", code, stdout)
 	}
-	for _, n := range append(append([]namedSetting{sqsChoice}, kafkaSettings...), rabbitSettings...) {
+	for _, n := range append(append(append([]namedSetting{sqsChoice}, kafkaSettings...), kafkaSecuritySettings...), rabbitSettings...) {
 		listed := strings.Contains(stdout, "  -"+n.flag+" ") || strings.Contains(stdout, "  -"+n.flag+"\n")
 		if !listed || !strings.Contains(stdout, "(env "+n.env+")") {
 			t.Errorf("run -h lacks -%s (env %s)", n.flag, n.env)
