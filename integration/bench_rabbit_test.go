@@ -78,6 +78,7 @@ func benchRabbit(b *testing.B, url string, consume rabbitConsume) benchResult {
 	defer func() {
 		_, _ = ch.QueueDelete(queue, false, false, false)
 		_, _ = ch.QueueDelete(rabbitworker.DeadLetterQueueOf(queue), false, false, false)
+		_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
 		_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
 		_ = ch.Close()
 	}()
