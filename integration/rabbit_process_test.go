@@ -273,6 +273,8 @@ type rabbitCutProxy struct {
 	upstream string
 	url      string
 	armed    atomic.Bool
+	crash    []byte // a body that kills the consumer (crashOn)
+	onCrash  func()
 
 	mu    sync.Mutex
 	links map[net.Conn]net.Conn
@@ -317,7 +319,7 @@ func (p *rabbitCutProxy) accept() {
 			delete(p.links, c)
 			p.mu.Unlock()
 		}
-		go func() { defer end(); _, _ = io.Copy(c, s) }()
+		go func() { defer end(); p.fromBroker(c, s) }()
 		go func() { defer end(); p.fromClient(s, c) }()
 	}
 }
@@ -350,6 +352,41 @@ func (p *rabbitCutProxy) fromClient(dst, src net.Conn) {
 	}
 }
 
+// fromBroker forwards the broker's frames to the client; a body frame
+// holding the crash marker is not forwarded: onCrash runs (the test kills
+// the worker) and the link ends, the delivery unacked.
+func (p *rabbitCutProxy) fromBroker(dst, src net.Conn) {
+	p.mu.Lock()
+	crash, onCrash := p.crash, p.onCrash
+	p.mu.Unlock()
+	if crash == nil {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	r := bufio.NewReader(src)
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if f.typ == 3 && strings.Contains(string(f.payload), string(crash)) {
+			onCrash()
+			return
+		}
+		if _, err := dst.Write(f.raw); err != nil {
+			return
+		}
+	}
+}
+
+// crashOn makes a delivery whose body holds marker call onCrash instead
+// of reaching the client. Set before the first connection.
+func (p *rabbitCutProxy) crashOn(marker []byte, onCrash func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.crash, p.onCrash = marker, onCrash
+}
+
 // cut closes every connection open now: each side sees it end.
 func (p *rabbitCutProxy) cut() {
 	p.mu.Lock()
@@ -362,3 +399,126 @@ func (p *rabbitCutProxy) cut() {
 
 // cutAtNextAck drops the next ack a client sends and cuts its connection.
 func (p *rabbitCutProxy) cutAtNextAck() { p.armed.Store(true) }
+
+// TestRabbitProcessCrashLoop: a message that kills every worker process
+// it reaches (the proxy SIGKILLs the worker when the message's body comes
+// through, before the worker reads it) is dead-lettered by the broker at
+// the queue's x-delivery-limit (setup's AMQP_DELIVERY_LIMIT, 2 here: the
+// third delivery is the last), with the broker's reason, while the
+// workers started after each crash charge every other payment once. Seen
+// failing against a worker binary whose setup declared no
+// x-delivery-limit: 435 crashes in 90s and nothing else charged.
+func TestRabbitProcessCrashLoop(t *testing.T) {
+	u := amqpURL(t)
+	dbURL := pgtest.URL(t)
+	t.Parallel()
+	const n, limit = 10, 2
+	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{IgnoreKeys: true})
+	queue := pgtest.Name("rabbitcrash")
+	dlq := rabbitworker.DeadLetterQueueOf(queue)
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_, _ = ch.QueueDelete(dlq, false, false, false)
+			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
+			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
+		}
+		_ = conn.Close()
+	})
+	env := slices.DeleteFunc(withoutBrokers(os.Environ()), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
+	env = append(env, "AMQP_QUEUE="+queue, "STORE=postgres", "DATABASE_URL="+dbURL, "CLAIM_TABLE="+pgtest.Name("claims"),
+		"CLAIM_RETENTION=96h", "CLAIM_LEASE=3s", fmt.Sprintf("AMQP_DELIVERY_LIMIT=%d", limit))
+	if code, stdout, stderr := runBinary(t, append(slices.Clip(env), "AMQP_URL="+u), "setup", "-postgres"); code != 0 {
+		t.Fatalf("setup: exit %d\n%s%s", code, stdout, stderr)
+	}
+	ps := payments(queue, n+1)
+	crash := ps[n].PaymentID // the message that kills its consumer
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]provider.Payment{ps[n]}, ps[:n]...) {
+		body, _ := json.Marshal(p)
+		if err := ch.PublishWithContext(context.Background(), "", queue, true, false,
+			amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	px := startRabbitCutProxy(t, u)
+	crashed := make(chan struct{}, 1)
+	px.crashOn([]byte(crash), func() {
+		select {
+		case crashed <- struct{}{}:
+		default:
+		}
+	})
+	// One delivery at a time: a crashing process returns every delivery it
+	// held, each counted toward the limit (with 4, the payments delivered
+	// beside the crashing one were dead-lettered with it: the broker's
+	// count cannot tell the culprit from its neighbours).
+	runEnv := append(slices.Clip(env), "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=1", "LOG_LEVEL=info",
+		"SHUTDOWN_TIMEOUT=5s", "AMQP_URL="+px.url)
+	kills := 0
+	p := startProc(t, "crashloop-worker-1", runEnv)
+	defer func() { p.kill() }()
+	start := time.Now()
+	for {
+		select {
+		case <-crashed:
+			p.kill()
+			kills++
+			p = startProc(t, fmt.Sprintf("crashloop-worker-%d", kills+1), runEnv)
+			continue
+		case <-time.After(100 * time.Millisecond):
+		}
+		st := fake.Stats()
+		dl, ok, err := ch.Get(dlq, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && len(st.ChargesByPayment) >= n {
+			reason, _ := dl.Headers["x-first-death-reason"].(string)
+			var got provider.Payment
+			_ = json.Unmarshal(dl.Body, &got)
+			t.Logf("dead-lettered after %d crashes in %s: %s, reason %q", kills, time.Since(start).Round(time.Millisecond), got.PaymentID, reason)
+			if got.PaymentID != crash || reason != "delivery_limit" {
+				t.Errorf("dead letter %s with reason %q, want %s, delivery_limit", got.PaymentID, reason, crash)
+			}
+			if kills != limit+1 {
+				t.Errorf("%d crashes, want %d: the delivery limit and the first delivery", kills, limit+1)
+			}
+			_ = dl.Nack(false, true)
+			break
+		}
+		if ok {
+			_ = dl.Nack(false, true)
+		}
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("not settled in 90s: %d crashes, %d of %d payments charged", kills, len(st.ChargesByPayment), n)
+		}
+	}
+	if code := p.stop(t, 20*time.Second); code != 0 {
+		t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
+	}
+	st := fake.Stats()
+	for _, p := range ps[:n] {
+		if got := st.ChargesByPayment[p.PaymentID]; got != 1 {
+			t.Errorf("payment %s charged %d times, want 1", p.PaymentID, got)
+		}
+	}
+	if got := st.ChargesByPayment[crash]; got != 0 {
+		t.Errorf("the crashing payment was charged %d times, want 0 (it never reached a handler)", got)
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Messages != 0 {
+		t.Errorf("%d messages left in the queue, want 0", q.Messages)
+	}
+}

@@ -338,7 +338,7 @@ func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 		Extend: func(context.Context) (time.Time, error) { return w.cfg.Now().Add(w.cfg.Lease), nil },
 	}
 	disp := w.engine.Process(w.hctx, m, h)
-	s := &settler{w: w, inc: inc, d: d, m: m, log: w.log.With(slog.String("message_id", m.ID), slog.Uint64("delivery_tag", d.DeliveryTag))}
+	s := &settler{w: w, inc: inc, d: d, m: m}
 	if disp.Action == worker.Leave {
 		// The lease was lost or the outcome is unknown: nothing to ack,
 		// and no visibility to end. Requeue once the lease has surely
@@ -366,7 +366,7 @@ func notBefore(d *amqp.Delivery) (time.Time, bool) {
 // hop, not an attempt). It reports false when the delivery was settled or
 // given up meanwhile.
 func (w *Worker) await(inc *incarnation, d *amqp.Delivery, m *worker.Message, due time.Time) bool {
-	s := &settler{w: w, inc: inc, d: d, m: m, log: w.log.With(slog.String("message_id", m.ID), slog.Uint64("delivery_tag", d.DeliveryTag))}
+	s := &settler{w: w, inc: inc, d: d, m: m}
 	left := due.Sub(w.cfg.Now())
 	if left > w.cfg.MaxReturnDelay {
 		s.delay(due, m.Attempt-1) // this delivery ran nothing
@@ -447,7 +447,15 @@ type settler struct {
 	inc *incarnation
 	d   *amqp.Delivery
 	m   *worker.Message
-	log *slog.Logger
+	log *slog.Logger // logger's, made at its first line: most deliveries log none
+}
+
+// logger is the worker's logger with the delivery's message id and tag.
+func (s *settler) logger() *slog.Logger {
+	if s.log == nil {
+		s.log = s.w.log.With(slog.String("message_id", s.m.ID), slog.Uint64("delivery_tag", s.d.DeliveryTag))
+	}
+	return s.log
 }
 
 var _ worker.Settler = (*settler)(nil)
@@ -461,7 +469,7 @@ func (s *settler) channel() *amqp.Channel {
 		}
 	}
 	if s.inc.dead() {
-		s.log.Info("the delivery's connection ended: nothing to settle; the broker redelivers it and its claim answers the redelivery",
+		s.logger().Info("the delivery's connection ended: nothing to settle; the broker redelivers it and its claim answers the redelivery",
 			slog.Uint64("incarnation", s.inc.n))
 		return nil
 	}
@@ -474,7 +482,7 @@ func (s *settler) Ack() {
 		return
 	}
 	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
-		s.log.Warn("ack failed: the broker redelivers the message, acked then as a duplicate", slog.Any("error", err))
+		s.logger().Warn("ack failed: the broker redelivers the message, acked then as a duplicate", slog.Any("error", err))
 	}
 }
 
@@ -515,7 +523,7 @@ func (s *settler) hold(delay time.Duration) {
 		return
 	}
 	if err := ch.Reject(s.d.DeliveryTag, true); err != nil {
-		s.log.Warn("requeue failed: the broker redelivers the message when the connection ends", slog.Any("error", err))
+		s.logger().Warn("requeue failed: the broker redelivers the message when the connection ends", slog.Any("error", err))
 	}
 }
 
@@ -528,7 +536,7 @@ func (s *settler) hold(delay time.Duration) {
 func (s *settler) delay(due time.Time, attempts int) {
 	inc := s.inc
 	if inc.dead() {
-		s.log.Info("not delayed: the delivery's connection ended; the broker redelivers it")
+		s.logger().Info("not delayed: the delivery's connection ended; the broker redelivers it")
 		return
 	}
 	headers := s.headers()
@@ -537,7 +545,7 @@ func (s *settler) delay(due time.Time, attempts int) {
 	pubID := fmt.Sprintf("%d.%d", inc.n, s.d.DeliveryTag)
 	headers[publishHeader] = pubID
 	if err := s.publish(s.w.cfg.DelayQueue, pubID, s.publishing(headers)); err != nil {
-		s.w.cfg.Metrics.Record(s.log, slog.LevelError, worker.OutcomeSendFailed, "delay publish not confirmed: not acked; the message is requeued after MaxReturnDelay",
+		s.w.cfg.Metrics.Record(s.logger(), slog.LevelError, worker.OutcomeSendFailed, "delay publish not confirmed: not acked; the message is requeued after MaxReturnDelay",
 			slog.String("delay_queue", s.w.cfg.DelayQueue), slog.Any("error", err))
 		s.hold(s.w.cfg.MaxReturnDelay)
 		return
@@ -547,10 +555,10 @@ func (s *settler) delay(due time.Time, attempts int) {
 		return // published; the redelivery is a copy, which the claim absorbs
 	}
 	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
-		s.log.Warn("ack after the delay publish failed: the redelivery and the delayed copy both come back; the claim absorbs the second", slog.Any("error", err))
+		s.logger().Warn("ack after the delay publish failed: the redelivery and the delayed copy both come back; the claim absorbs the second", slog.Any("error", err))
 		return
 	}
-	s.log.Debug("returned through the delay queue", slog.String("delay_queue", s.w.cfg.DelayQueue), slog.Time("due", due), slog.Int("attempts", attempts))
+	s.logger().Debug("returned through the delay queue", slog.String("delay_queue", s.w.cfg.DelayQueue), slog.Time("due", due), slog.Int("attempts", attempts))
 }
 
 // headers are the delivery's headers for a copy the worker publishes,
@@ -582,7 +590,7 @@ func (s *settler) publishing(headers amqp.Table) amqp.Publishing {
 func (s *settler) DeadLetter(reason string) bool {
 	inc := s.inc
 	if inc.dead() {
-		s.log.Warn("not dead-lettered: the delivery's connection ended; the broker redelivers it", slog.String("reason", reason))
+		s.logger().Warn("not dead-lettered: the delivery's connection ended; the broker redelivers it", slog.String("reason", reason))
 		return false
 	}
 	headers := s.headers()
@@ -595,7 +603,7 @@ func (s *settler) DeadLetter(reason string) bool {
 	headers[publishHeader] = pubID
 	err := s.publish(s.w.cfg.DeadLetterQueue, pubID, s.publishing(headers))
 	if err != nil {
-		s.w.cfg.Metrics.Record(s.log, slog.LevelError, worker.OutcomeSendFailed, "dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
+		s.w.cfg.Metrics.Record(s.logger(), slog.LevelError, worker.OutcomeSendFailed, "dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
 			slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue), slog.Any("error", err))
 		if ch := s.channel(); ch != nil {
 			_ = ch.Reject(s.d.DeliveryTag, true)
@@ -607,10 +615,10 @@ func (s *settler) DeadLetter(reason string) bool {
 		return false // published; the redelivery is dead-lettered again (a copy) or found done
 	}
 	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
-		s.log.Warn("ack after dead-lettering failed: the redelivery is dead-lettered again", slog.Any("error", err))
+		s.logger().Warn("ack after dead-lettering failed: the redelivery is dead-lettered again", slog.Any("error", err))
 		return false
 	}
-	s.w.cfg.Metrics.Record(s.log, slog.LevelWarn, worker.OutcomeDeadLettered, "dead-lettered",
+	s.w.cfg.Metrics.Record(s.logger(), slog.LevelWarn, worker.OutcomeDeadLettered, "dead-lettered",
 		slog.String("reason", reason), slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue))
 	return true
 }
