@@ -522,3 +522,80 @@ func TestRabbitProcessCrashLoop(t *testing.T) {
 		t.Errorf("%d messages left in the queue, want 0", q.Messages)
 	}
 }
+
+// TestRabbitProcessQueueDeleted: when its queue is deleted the broker
+// cancels the worker's consumer; the worker process tries to subscribe
+// again, finds the queue gone, and exits 1 saying so, rather than spin or
+// wait for ever. What it had charged stays charged once. Seen failing
+// against a worker that takes a missing queue for a lost broker and
+// reconnects without end (still running 20s after the deletion).
+func TestRabbitProcessQueueDeleted(t *testing.T) {
+	u := amqpURL(t)
+	dbURL := pgtest.URL(t)
+	t.Parallel()
+	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{IgnoreKeys: true})
+	queue := pgtest.Name("rabbitgone")
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_, _ = ch.QueueDelete(rabbitworker.DeadLetterQueueOf(queue), false, false, false)
+			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
+			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
+		}
+		_ = conn.Close()
+	})
+	env := slices.DeleteFunc(withoutBrokers(os.Environ()), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
+	env = append(env, "AMQP_URL="+u, "AMQP_QUEUE="+queue, "STORE=postgres", "DATABASE_URL="+dbURL, "CLAIM_TABLE="+pgtest.Name("claims"),
+		"CLAIM_RETENTION=96h", "CLAIM_LEASE=3s")
+	if code, stdout, stderr := runBinary(t, env, "setup", "-postgres"); code != 0 {
+		t.Fatalf("setup: exit %d\n%s%s", code, stdout, stderr)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := payments(queue, 5)
+	for _, p := range ps {
+		body, _ := json.Marshal(p)
+		if err := ch.PublishWithContext(context.Background(), "", queue, true, false,
+			amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startProc(t, "gone-worker", append(slices.Clip(env), "PROVIDER_URL="+srv.URL, "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s"))
+	defer func() {
+		select {
+		case <-p.done:
+		default:
+			p.kill()
+		}
+	}()
+	for end := time.Now().Add(30 * time.Second); len(fake.Stats().ChargesByPayment) < len(ps); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d payments charged in 30s:\n%s", len(fake.Stats().ChargesByPayment), len(ps), tail(p.log.String(), 20))
+		}
+	}
+	if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker still runs 20s after its queue was deleted:\n%s", tail(p.log.String(), 20))
+	}
+	code := p.cmd.ProcessState.ExitCode()
+	t.Logf("exit %d %s after the queue was deleted", code, time.Since(deleted).Round(time.Millisecond))
+	if code != 1 || !strings.Contains(p.log.String(), "the queue no longer exists") {
+		t.Errorf("exit %d, want 1 and why:\n%s", code, tail(p.log.String(), 10))
+	}
+	for _, pm := range ps {
+		if got := fake.Stats().ChargesByPayment[pm.PaymentID]; got != 1 {
+			t.Errorf("payment %s charged %d times, want 1", pm.PaymentID, got)
+		}
+	}
+}
