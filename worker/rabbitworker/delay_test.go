@@ -91,7 +91,8 @@ func runDelayed(t *testing.T, u string, topo Topology, delay, wait time.Duration
 // hop by hop of its TTL, and runs again after the delay, not before, with
 // a handful of deliveries rather than a requeue loop; its attempt counts on
 // (the delay queue's dead-lettering makes a new message for the broker's
-// delivery count).
+// delivery count). Seen failing before the delay queue: the retry asking
+// for 3s ran 0.3s after the failure (requeued after MaxReturnDelay).
 func TestLongRetryGoesThroughTheDelayQueue(t *testing.T) {
 	u := brokerURL(t)
 	t.Parallel()
@@ -120,7 +121,8 @@ func TestLongRetryGoesThroughTheDelayQueue(t *testing.T) {
 // TestDelayQueueRefusedAcksNothing: when the delay queue refuses the
 // publish (deleted: the mandatory publish comes back), the delivery is not
 // acked; it is returned after MaxReturnDelay instead, and runs again:
-// nothing lost, and no requeue loop either.
+// nothing lost, and no requeue loop either. Seen failing against a
+// publish that ignored the broker's return (one run: the message lost).
 func TestDelayQueueRefusedAcksNothing(t *testing.T) {
 	u := brokerURL(t)
 	t.Parallel()
