@@ -281,6 +281,7 @@ func TestBinaryRabbit(t *testing.T) {
 		if ch, err := conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(queue, false, false, false)
 			_, _ = ch.QueueDelete(dlq, false, false, false)
+			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
 			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
 		}
 		_ = conn.Close()

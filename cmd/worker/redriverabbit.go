@@ -30,10 +30,12 @@ func defineRabbitRedrive(s *settings) rabbitRedrive {
 
 // deathHeader reports whether a moved copy drops header k: the worker's account of
 // the last failure, and the broker's dead-lettering record, which describe
-// the last failure and not the next.
+// the last failure and not the next, and the attempts and due time a
+// retry through the delay queue carried (a moved message starts afresh).
 func deathHeader(k string) bool {
 	switch k {
-	case rabbitworker.ReasonHeader, rabbitworker.AttemptHeader, rabbitworker.KeyHeader, "x-death", "x-delivery-count", "x-claimfirst-publish":
+	case rabbitworker.ReasonHeader, rabbitworker.AttemptHeader, rabbitworker.KeyHeader, "x-death", "x-delivery-count", "x-claimfirst-publish",
+		rabbitworker.AttemptsHeader, rabbitworker.NotBeforeHeader:
 		return true
 	}
 	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
@@ -41,10 +43,19 @@ func deathHeader(k string) bool {
 
 // rabbitReason is a dead letter's reason: the worker's header, else the
 // broker's (delivery_limit, for a message the queue's x-delivery-limit
-// dead-lettered), else redrive.NoReason.
+// dead-lettered), else redrive.NoReason. The broker's is its latest
+// death (x-death lists them latest first): a message that went through
+// the delay queue died there first, expired, on its way back.
 func rabbitReason(d amqp.Delivery) string {
 	if r, ok := d.Headers[rabbitworker.ReasonHeader].(string); ok && r != "" {
 		return r
+	}
+	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			if r, ok := t["reason"].(string); ok && r != "" {
+				return r
+			}
+		}
 	}
 	if r, ok := d.Headers["x-first-death-reason"].(string); ok && r != "" {
 		return r

@@ -119,7 +119,8 @@ func (r rabbitSetup) setup(ctx context.Context, report io.Writer) ([][2]string, 
 	case *r.limit < 1:
 		return nil, usagef("AMQP_DELIVERY_LIMIT (-amqp-delivery-limit) %d: must be at least 1", *r.limit)
 	}
-	existed, err := queuesExist(*r.url, *r.dlq, *r.queue)
+	delayQueue := rabbitworker.DelayQueueOf(*r.queue)
+	existed, err := queuesExist(*r.url, *r.dlq, *r.queue, delayQueue)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +131,7 @@ func (r rabbitSetup) setup(ctx context.Context, report io.Writer) ([][2]string, 
 	for _, q := range []struct{ kind, name, what string }{
 		{"dead-letter queue", *r.dlq, "quorum, bound to the exchange " + rabbitworker.DeadLetterExchange(*r.queue)},
 		{"queue", *r.queue, fmt.Sprintf("quorum, x-delivery-limit %d, dead-lettering at-least-once to %s", *r.limit, *r.dlq)},
+		{"delay queue", delayQueue, fmt.Sprintf("quorum, x-message-ttl %s, dead-lettering at-least-once back to %s", rabbitworker.DefaultDelayTTL, *r.queue)},
 	} {
 		if existed[q.name] {
 			fmt.Fprintf(report, "setup: %s %s exists\n", q.kind, q.name)

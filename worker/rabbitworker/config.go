@@ -28,6 +28,10 @@ type Config struct {
 	// (poison, a reused key) and those the broker dead-letters at the
 	// delivery limit. Defaults to Queue + ".dlq".
 	DeadLetterQueue string
+	// DelayQueue is where a retry waits when its delay is longer than
+	// MaxReturnDelay (Setup declares it with its TTL and dead-lettering
+	// back to Queue). Defaults to Queue + ".delay".
+	DelayQueue string
 	// Concurrency is how many messages are processed at once, and the
 	// channel's prefetch. Defaults to DefaultConcurrency.
 	Concurrency int
@@ -49,8 +53,9 @@ type Config struct {
 	MaxHoldBackoff time.Duration
 	// MaxReturnDelay is the longest a returned delivery (a retry, or a
 	// duplicate waiting for the holder of its key) is kept unacked before
-	// it is requeued: the broker has no delayed redelivery, so the delay
-	// is waited here. Defaults to 1m.
+	// it is requeued: the broker has no delayed redelivery, so a delay up
+	// to it is waited here; a longer one goes through DelayQueue. Defaults
+	// to 1m.
 	MaxReturnDelay time.Duration
 	// ConsumerTimeout is the broker's consumer_timeout: how long it lets a
 	// delivery stay unacked before it closes the channel. The handler's
@@ -77,7 +82,6 @@ type Config struct {
 	BreakerThreshold int
 }
 
-// The defaults of Config.
 // Defaults of Config's fields.
 const (
 	DefaultConcurrency      = 16
@@ -101,6 +105,9 @@ func DeadLetterQueueOf(queue string) string { return queue + ".dlq" }
 func (c *Config) setDefaults() {
 	if c.DeadLetterQueue == "" && c.Queue != "" {
 		c.DeadLetterQueue = DeadLetterQueueOf(c.Queue)
+	}
+	if c.DelayQueue == "" && c.Queue != "" {
+		c.DelayQueue = DelayQueueOf(c.Queue)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
@@ -178,6 +185,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeadLetterQueue != "" && c.DeadLetterQueue == c.Queue {
 		bad("DeadLetterQueue", c.DeadLetterQueue, "must not be the queue itself")
+	}
+	if c.DelayQueue != "" && (c.DelayQueue == c.Queue || c.DelayQueue == c.DeadLetterQueue) {
+		bad("DelayQueue", c.DelayQueue, "must be neither the queue nor the dead-letter queue")
 	}
 	if c.Concurrency < 1 || c.Concurrency > worker.MaxConcurrency {
 		bad("Concurrency", c.Concurrency, "must be 1 to %d", worker.MaxConcurrency)

@@ -12,6 +12,9 @@
 //	             x-dead-letter-strategy at-least-once, x-overflow reject-publish
 //	<queue>.dlx  direct exchange, bound to the dead-letter queue
 //	<queue>.dlq  quorum queue: the dead letters
+//	<queue>.delay quorum queue: x-message-ttl (Topology.DelayTTL),
+//	             dead-lettering at-least-once back to <queue> through
+//	             <queue>.dlx (to which <queue> is bound by its own name)
 //
 // The worker dead-letters poison and reused keys itself: it publishes the
 // message to the dead-letter queue (default exchange, mandatory, publisher
@@ -61,8 +64,19 @@
 //
 // The broker has no delayed redelivery, so a delivery to come back later
 // (a failure once HoldFor is spent, a duplicate whose key is held
-// elsewhere) is kept unacked for its delay, at most MaxReturnDelay, and
-// then requeued (basic.reject with requeue): never a hot requeue loop. On
+// elsewhere) within MaxReturnDelay is kept unacked for its delay and then
+// requeued (basic.reject with requeue). A longer delay goes through the
+// delay queue: the message is published there (mandatory, confirmed) with
+// NotBeforeHeader and AttemptsHeader, then acked; a refused publish acks
+// nothing and the delivery is requeued after MaxReturnDelay. The delay
+// queue has one TTL for all its messages (a per-message expiration would
+// block: the broker expires only a queue's head), and dead-letters them
+// back to the queue; one not yet due takes another hop, or waits the rest
+// unacked if within MaxReturnDelay. Never a hot requeue loop. The broker
+// counts the deliveries of what comes back from zero: Attempt adds
+// AttemptsHeader, and the worker dead-letters a delivery whose attempts
+// passed DeliveryLimit (reason ReasonDeliveryLimit) rather than delay it
+// again. On
 // RabbitMQ 3.x a quorum queue counts every return toward
 // x-delivery-limit, a requeue as much as a lost connection; RabbitMQ 4
 // stops counting some explicit returns. The retry delays are sized for

@@ -57,6 +57,7 @@ func declaredConn(t *testing.T, u string, topo Topology) (*amqp.Connection, *amq
 	t.Cleanup(func() {
 		_, _ = ch.QueueDelete(topo.Queue, false, false, false)
 		_, _ = ch.QueueDelete(DeadLetterQueueOf(topo.Queue), false, false, false)
+		_, _ = ch.QueueDelete(DelayQueueOf(topo.Queue), false, false, false)
 	})
 	return conn, ch
 }

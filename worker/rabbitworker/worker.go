@@ -31,6 +31,27 @@ const (
 	KeyHeader = "DeadLetterKey"
 )
 
+// The headers a message going through the delay queue carries.
+const (
+	// AttemptsHeader is how many deliveries of the message were spent
+	// before it went through the delay queue: the broker counts the
+	// deliveries of what comes back from it from zero, so Attempt is this
+	// plus the broker's count plus one, and the worker dead-letters it
+	// itself (reason ReasonDeliveryLimit) once that passes DeliveryLimit.
+	AttemptsHeader = "x-claimfirst-attempts"
+	// NotBeforeHeader is when the message is due (Unix milliseconds): a
+	// delivery before then is not processed; it waits out the rest, or
+	// takes another hop through the delay queue.
+	NotBeforeHeader = "x-claimfirst-not-before"
+	// publishHeader matches a returned publish to its publish.
+	publishHeader = "x-claimfirst-publish"
+)
+
+// ReasonDeliveryLimit is the reason of a message the worker dead-letters
+// because its attempts, counted across the delay queue, passed
+// DeliveryLimit: the broker's own reason for the same (x-first-death-reason).
+const ReasonDeliveryLimit = "delivery_limit"
+
 // ErrQueueGone is what Run returns when the broker cancelled the consumer
 // and the queue no longer exists.
 var ErrQueueGone = errors.New("rabbitworker: the queue no longer exists")
@@ -41,11 +62,13 @@ type Worker struct {
 	engine *worker.Engine
 	log    *slog.Logger
 
-	incs   atomic.Uint64 // incarnations begun
-	health atomic.Pointer[error]
-	stop   chan struct{} // closed when Run stops receiving
-	hctx   context.Context
-	wg     sync.WaitGroup
+	incs atomic.Uint64 // incarnations begun
+	// deliveries counts the deliveries received, for the tests.
+	deliveries atomic.Int64
+	health     atomic.Pointer[error]
+	stop       chan struct{} // closed when Run stops receiving
+	hctx       context.Context
+	wg         sync.WaitGroup
 	// tagReuse, for the transport's own tests only, acks a delivery on the
 	// connection of the moment rather than its own (what a client that
 	// recovers a connection under the caller does): the fault the
@@ -65,7 +88,7 @@ func New(_ context.Context, cfg Config) (*Worker, error) {
 	log := cfg.Logger.With(slog.String("queue", cfg.Queue))
 	limit := cfg.DeliveryLimit
 	engine, err := worker.NewEngine(cfg.Protocol, worker.EngineOptions{
-		System: System, MaxAttempts: limit, MaxDelay: cfg.MaxReturnDelay,
+		System: System, MaxAttempts: limit, // no MaxDelay: a long one goes through the delay queue
 		MaxHoldBackoff: cfg.MaxHoldBackoff, BreakerThreshold: max(cfg.BreakerThreshold, 0),
 	})
 	if err != nil {
@@ -114,9 +137,9 @@ type incarnation struct {
 	n    uint64
 	conn *amqp.Connection
 	ch   *amqp.Channel // consume, ack
-	pub  *amqp.Channel // dead letters, in confirm mode
-	// pubMu serializes dead-letter publishes, so that a return is matched
-	// to its publish.
+	pub  *amqp.Channel // dead letters and delays, in confirm mode
+	// pubMu serializes publishes, so that a return is matched to its
+	// publish.
 	pubMu   sync.Mutex
 	returns chan amqp.Return
 	closed  chan struct{} // closed when the connection or a channel ends
@@ -282,6 +305,7 @@ func (w *Worker) consume(ctx context.Context, inc *incarnation, ds <-chan amqp.D
 			if !ok {
 				return "delivery channel closed"
 			}
+			w.deliveries.Add(1)
 			select {
 			case work <- &d:
 			case <-ctx.Done():
@@ -297,6 +321,10 @@ func (w *Worker) consume(ctx context.Context, inc *incarnation, ds <-chan amqp.D
 func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 	now := w.cfg.Now()
 	m := message(d)
+	if due, ok := notBefore(d); ok && due.After(now) && !w.await(inc, d, m, due) {
+		return
+	}
+	now = w.cfg.Now()
 	h := worker.Hold{
 		Until:     now.Add(w.cfg.Lease),
 		Deadline:  now.Add(w.cfg.ConsumerTimeout - consumerTimeoutMargin/5),
@@ -310,7 +338,7 @@ func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 		Extend: func(context.Context) (time.Time, error) { return w.cfg.Now().Add(w.cfg.Lease), nil },
 	}
 	disp := w.engine.Process(w.hctx, m, h)
-	s := &settler{w: w, inc: inc, d: d, m: m, log: w.log.With(slog.String("message_id", m.ID), slog.Uint64("delivery_tag", d.DeliveryTag))}
+	s := &settler{w: w, inc: inc, d: d, m: m}
 	if disp.Action == worker.Leave {
 		// The lease was lost or the outcome is unknown: nothing to ack,
 		// and no visibility to end. Requeue once the lease has surely
@@ -323,6 +351,41 @@ func (w *Worker) deliver(inc *incarnation, d *amqp.Delivery) {
 	disp.Settle(s)
 }
 
+// notBefore is when a delivery that went through the delay queue is due.
+func notBefore(d *amqp.Delivery) (time.Time, bool) {
+	ms, ok := intHeader(d.Headers[NotBeforeHeader])
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// await holds a delivery that came back from the delay queue before it is
+// due: unacked until then if that is at most MaxReturnDelay away (it
+// reports true: process it), else through the delay queue once more (a
+// hop, not an attempt). It reports false when the delivery was settled or
+// given up meanwhile.
+func (w *Worker) await(inc *incarnation, d *amqp.Delivery, m *worker.Message, due time.Time) bool {
+	s := &settler{w: w, inc: inc, d: d, m: m}
+	left := due.Sub(w.cfg.Now())
+	if left > w.cfg.MaxReturnDelay {
+		s.delay(due, m.Attempt-1) // this delivery ran nothing
+		return false
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+	case <-inc.closed:
+	}
+	if ch := s.channel(); ch != nil {
+		_ = ch.Reject(d.DeliveryTag, true) // stopping: back in the queue, still due later
+	}
+	return false
+}
+
 // message is the portable view of a delivery.
 func message(d *amqp.Delivery) *worker.Message {
 	attempt := 1
@@ -330,6 +393,9 @@ func message(d *amqp.Delivery) *worker.Message {
 		attempt = int(n) + 1
 	} else if d.Redelivered {
 		attempt = 2 // a classic queue counts nothing: at least the second
+	}
+	if n, ok := intHeader(d.Headers[AttemptsHeader]); ok && n > 0 {
+		attempt += int(n) // spent before the delay queue
 	}
 	m := &worker.Message{
 		ID: d.MessageId, Body: string(d.Body), Attempt: attempt,
@@ -381,7 +447,15 @@ type settler struct {
 	inc *incarnation
 	d   *amqp.Delivery
 	m   *worker.Message
-	log *slog.Logger
+	log *slog.Logger // logger's, made at its first line: most deliveries log none
+}
+
+// logger is the worker's logger with the delivery's message id and tag.
+func (s *settler) logger() *slog.Logger {
+	if s.log == nil {
+		s.log = s.w.log.With(slog.String("message_id", s.m.ID), slog.Uint64("delivery_tag", s.d.DeliveryTag))
+	}
+	return s.log
 }
 
 var _ worker.Settler = (*settler)(nil)
@@ -395,7 +469,7 @@ func (s *settler) channel() *amqp.Channel {
 		}
 	}
 	if s.inc.dead() {
-		s.log.Info("the delivery's connection ended: nothing to settle; the broker redelivers it and its claim answers the redelivery",
+		s.logger().Info("the delivery's connection ended: nothing to settle; the broker redelivers it and its claim answers the redelivery",
 			slog.Uint64("incarnation", s.inc.n))
 		return nil
 	}
@@ -408,15 +482,32 @@ func (s *settler) Ack() {
 		return
 	}
 	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
-		s.log.Warn("ack failed: the broker redelivers the message, acked then as a duplicate", slog.Any("error", err))
+		s.logger().Warn("ack failed: the broker redelivers the message, acked then as a duplicate", slog.Any("error", err))
 	}
 }
 
-// ReturnAfter keeps the delivery unacked for delay (at most
-// MaxReturnDelay, less if the worker stops or the connection ends), then
-// requeues it: the broker has no delayed redelivery, and a requeue at once
-// would come straight back.
+// ReturnAfter returns the delivery to come back after delay. Up to
+// MaxReturnDelay it keeps the delivery unacked for delay (less if the
+// worker stops or the connection ends), then requeues it: the broker has
+// no delayed redelivery, and a requeue at once would come straight back.
+// A longer delay goes through the delay queue (delay). A delivery whose
+// attempts, counted across the delay queue, passed DeliveryLimit is
+// dead-lettered instead, as the broker would were its count not reset.
 func (s *settler) ReturnAfter(delay time.Duration) {
+	if s.m.Attempt > s.w.cfg.DeliveryLimit {
+		s.DeadLetter(ReasonDeliveryLimit)
+		return
+	}
+	if delay > s.w.cfg.MaxReturnDelay {
+		s.delay(s.w.cfg.Now().Add(delay), s.m.Attempt)
+		return
+	}
+	s.hold(delay)
+}
+
+// hold keeps the delivery unacked for delay (at most MaxReturnDelay, less
+// if the worker stops or the connection ends), then requeues it.
+func (s *settler) hold(delay time.Duration) {
 	delay = min(delay, s.w.cfg.MaxReturnDelay)
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -432,7 +523,64 @@ func (s *settler) ReturnAfter(delay time.Duration) {
 		return
 	}
 	if err := ch.Reject(s.d.DeliveryTag, true); err != nil {
-		s.log.Warn("requeue failed: the broker redelivers the message when the connection ends", slog.Any("error", err))
+		s.logger().Warn("requeue failed: the broker redelivers the message when the connection ends", slog.Any("error", err))
+	}
+}
+
+// delay publishes the message to the delay queue (mandatory, confirmed),
+// due at due with attempts spent, then acks the delivery. The delay queue
+// dead-letters it back to the queue after its TTL; a delivery before due
+// takes another hop (Worker.await). A publish the broker did not confirm,
+// or returned, acks nothing: the delivery is held MaxReturnDelay and
+// requeued instead, as it would be without a delay queue.
+func (s *settler) delay(due time.Time, attempts int) {
+	inc := s.inc
+	if inc.dead() {
+		s.logger().Info("not delayed: the delivery's connection ended; the broker redelivers it")
+		return
+	}
+	headers := s.headers()
+	headers[AttemptsHeader] = int64(attempts)
+	headers[NotBeforeHeader] = due.UnixMilli()
+	pubID := fmt.Sprintf("%d.%d", inc.n, s.d.DeliveryTag)
+	headers[publishHeader] = pubID
+	if err := s.publish(s.w.cfg.DelayQueue, pubID, s.publishing(headers)); err != nil {
+		s.w.cfg.Metrics.Record(s.logger(), slog.LevelError, worker.OutcomeSendFailed, "delay publish not confirmed: not acked; the message is requeued after MaxReturnDelay",
+			slog.String("delay_queue", s.w.cfg.DelayQueue), slog.Any("error", err))
+		s.hold(s.w.cfg.MaxReturnDelay)
+		return
+	}
+	ch := s.channel()
+	if ch == nil {
+		return // published; the redelivery is a copy, which the claim absorbs
+	}
+	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
+		s.logger().Warn("ack after the delay publish failed: the redelivery and the delayed copy both come back; the claim absorbs the second", slog.Any("error", err))
+		return
+	}
+	s.logger().Debug("returned through the delay queue", slog.String("delay_queue", s.w.cfg.DelayQueue), slog.Time("due", due), slog.Int("attempts", attempts))
+}
+
+// headers are the delivery's headers for a copy the worker publishes,
+// without those the broker sets on delivery or dead-lettering.
+func (s *settler) headers() amqp.Table {
+	h := amqp.Table{}
+	for k, v := range s.d.Headers {
+		switch k {
+		case "x-delivery-count", NotBeforeHeader, AttemptsHeader, publishHeader:
+		default:
+			h[k] = v
+		}
+	}
+	return h
+}
+
+// publishing is the delivery, as a persistent message with headers.
+func (s *settler) publishing(headers amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
+		Headers: headers, ContentType: s.d.ContentType, ContentEncoding: s.d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, CorrelationId: s.d.CorrelationId, ReplyTo: s.d.ReplyTo,
+		MessageId: s.d.MessageId, Timestamp: s.d.Timestamp, Type: s.d.Type, AppId: s.d.AppId, Body: s.d.Body,
 	}
 }
 
@@ -442,28 +590,20 @@ func (s *settler) ReturnAfter(delay time.Duration) {
 func (s *settler) DeadLetter(reason string) bool {
 	inc := s.inc
 	if inc.dead() {
-		s.log.Warn("not dead-lettered: the delivery's connection ended; the broker redelivers it", slog.String("reason", reason))
+		s.logger().Warn("not dead-lettered: the delivery's connection ended; the broker redelivers it", slog.String("reason", reason))
 		return false
 	}
-	headers := amqp.Table{}
-	for k, v := range s.d.Headers {
-		headers[k] = v
-	}
+	headers := s.headers()
 	headers[ReasonHeader] = reason
 	headers[AttemptHeader] = int64(s.m.Attempt)
 	if s.m.Key != "" {
 		headers[KeyHeader] = s.m.Key
 	}
 	pubID := fmt.Sprintf("%d.%d", inc.n, s.d.DeliveryTag)
-	headers["x-claimfirst-publish"] = pubID
-	msg := amqp.Publishing{
-		Headers: headers, ContentType: s.d.ContentType, ContentEncoding: s.d.ContentEncoding,
-		DeliveryMode: amqp.Persistent, CorrelationId: s.d.CorrelationId, ReplyTo: s.d.ReplyTo,
-		MessageId: s.d.MessageId, Timestamp: s.d.Timestamp, Type: s.d.Type, AppId: s.d.AppId, Body: s.d.Body,
-	}
-	err := s.publish(pubID, msg)
+	headers[publishHeader] = pubID
+	err := s.publish(s.w.cfg.DeadLetterQueue, pubID, s.publishing(headers))
 	if err != nil {
-		s.w.cfg.Metrics.Record(s.log, slog.LevelError, worker.OutcomeSendFailed, "dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
+		s.w.cfg.Metrics.Record(s.logger(), slog.LevelError, worker.OutcomeSendFailed, "dead-letter publish not confirmed: not acked; the message is requeued", slog.String("reason", reason),
 			slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue), slog.Any("error", err))
 		if ch := s.channel(); ch != nil {
 			_ = ch.Reject(s.d.DeliveryTag, true)
@@ -475,24 +615,26 @@ func (s *settler) DeadLetter(reason string) bool {
 		return false // published; the redelivery is dead-lettered again (a copy) or found done
 	}
 	if err := ch.Ack(s.d.DeliveryTag, false); err != nil {
-		s.log.Warn("ack after dead-lettering failed: the redelivery is dead-lettered again", slog.Any("error", err))
+		s.logger().Warn("ack after dead-lettering failed: the redelivery is dead-lettered again", slog.Any("error", err))
 		return false
 	}
-	s.w.cfg.Metrics.Record(s.log, slog.LevelWarn, worker.OutcomeDeadLettered, "dead-lettered",
+	s.w.cfg.Metrics.Record(s.logger(), slog.LevelWarn, worker.OutcomeDeadLettered, "dead-lettered",
 		slog.String("reason", reason), slog.String("dead_letter_queue", s.w.cfg.DeadLetterQueue))
 	return true
 }
 
-// publishTimeout bounds a dead-letter publish's confirmation.
+// publishTimeout bounds a publish's confirmation.
 const publishTimeout = 10 * time.Second
 
-func (s *settler) publish(id string, msg amqp.Publishing) error {
+// publish publishes msg to queue (default exchange, mandatory) and waits
+// for its confirmation; a nack or a return (no such queue) is an error.
+func (s *settler) publish(queue, id string, msg amqp.Publishing) error {
 	inc := s.inc
 	inc.pubMu.Lock()
 	defer inc.pubMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
-	conf, err := inc.pub.PublishWithDeferredConfirmWithContext(ctx, "", s.w.cfg.DeadLetterQueue, true, false, msg)
+	conf, err := inc.pub.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
 	if err != nil {
 		return err
 	}
@@ -506,8 +648,8 @@ func (s *settler) publish(id string, msg amqp.Publishing) error {
 	for {
 		select {
 		case r := <-inc.returns:
-			if r.Headers["x-claimfirst-publish"] == id {
-				return fmt.Errorf("returned unroutable: %d %s (does the dead-letter queue exist? run setup)", r.ReplyCode, r.ReplyText)
+			if r.Headers[publishHeader] == id {
+				return fmt.Errorf("returned unroutable: %d %s (does %s exist? run setup)", r.ReplyCode, r.ReplyText, queue)
 			}
 		default:
 			return nil
