@@ -169,18 +169,7 @@ func rabbitProcessFault(t *testing.T, u, dbURL string, n int, c rabbitFault) {
 	}
 
 	ps := payments(queue, n)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ps {
-		body, _ := json.Marshal(p)
-		if err := ch.PublishWithContext(context.Background(), "", queue, true, false,
-			amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = ch.Close()
+	publishPayments(t, conn, queue, ps...)
 
 	runEnv := append(slices.Clip(env), "PROVIDER_URL="+srv.URL, "WORKER_CONCURRENCY=8", "LOG_LEVEL=info",
 		"SHUTDOWN_TIMEOUT=5s", "PROVIDER_TIMEOUT=5s")
@@ -437,16 +426,10 @@ func TestRabbitProcessCrashLoop(t *testing.T) {
 	}
 	ps := payments(queue, n+1)
 	crash := ps[n].PaymentID // the message that kills its consumer
+	publishPayments(t, conn, queue, append([]provider.Payment{ps[n]}, ps[:n]...)...)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, p := range append([]provider.Payment{ps[n]}, ps[:n]...) {
-		body, _ := json.Marshal(p)
-		if err := ch.PublishWithContext(context.Background(), "", queue, true, false,
-			amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}); err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	px := startRabbitCutProxy(t, u)
@@ -559,13 +542,7 @@ func TestRabbitProcessQueueDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := payments(queue, 5)
-	for _, p := range ps {
-		body, _ := json.Marshal(p)
-		if err := ch.PublishWithContext(context.Background(), "", queue, true, false,
-			amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishPayments(t, conn, queue, ps...)
 	p := startProc(t, "gone-worker", append(slices.Clip(env), "PROVIDER_URL="+srv.URL, "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s"))
 	defer func() {
 		select {
@@ -596,6 +573,51 @@ func TestRabbitProcessQueueDeleted(t *testing.T) {
 	for _, pm := range ps {
 		if got := fake.Stats().ChargesByPayment[pm.PaymentID]; got != 1 {
 			t.Errorf("payment %s charged %d times, want 1", pm.PaymentID, got)
+		}
+	}
+}
+
+// publishPayments publishes each payment to queue and waits for the
+// broker to confirm it: a publish on a channel without confirms can be
+// dropped by a busy broker without a word, which a test would take for a
+// lost message.
+func publishPayments(t *testing.T, conn *amqp.Connection, queue string, ps ...provider.Payment) {
+	t.Helper()
+	bodies := make([]string, len(ps))
+	for i, p := range ps {
+		b, _ := json.Marshal(p)
+		bodies[i] = string(b)
+	}
+	publishConfirmed(t, conn, queue, bodies)
+}
+
+// publishConfirmed publishes each body to queue, persistent and mandatory,
+// and waits for the broker to confirm each; a body it returns or refuses
+// fails t.
+func publishConfirmed(t *testing.T, conn *amqp.Connection, queue string, bodies []string) {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, len(bodies)))
+	for _, body := range bodies {
+		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false,
+			amqp.Publishing{Body: []byte(body), DeliveryMode: amqp.Persistent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := c.WaitContext(context.Background()); err != nil || !ok {
+			t.Fatalf("publish to %s not confirmed: %v", queue, err)
+		}
+		select {
+		case r := <-returns:
+			t.Fatalf("publish to %s returned: %d %s", queue, r.ReplyCode, r.ReplyText)
+		default:
 		}
 	}
 }

@@ -301,26 +301,7 @@ func TestBinaryRabbit(t *testing.T) {
 		env:     []string{"AMQP_URL=" + u, "AMQP_QUEUE=" + queue, "CLAIM_RETENTION=96h", "CLAIM_LEASE=3s"},
 		table:   awstest.Name("claims"), // in DynamoDB (the emulator)
 		wantOut: []string{"AMQP_QUEUE=" + queue, "AMQP_DEAD_LETTER_QUEUE=" + dlq},
-		produce: func(t *testing.T, bodies []string) {
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = ch.Close() }()
-			if err := ch.Confirm(false); err != nil {
-				t.Fatal(err)
-			}
-			for _, body := range bodies {
-				c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false,
-					amqp.Publishing{Body: []byte(body), DeliveryMode: amqp.Persistent})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ok, err := c.WaitContext(context.Background()); err != nil || !ok {
-					t.Fatalf("publish not confirmed: %v", err)
-				}
-			}
-		},
+		produce: func(t *testing.T, bodies []string) { publishConfirmed(t, conn, queue, bodies) },
 		// Settled: nothing ready in the queue and one dead letter. What
 		// is delivered and unacked shows only in the workers' counts, and
 		// once they stopped: the last check, after they did, sees it.
