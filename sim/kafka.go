@@ -137,6 +137,9 @@ type kworld struct {
 	alive map[string]bool
 	sent  int             // records produced
 	mono  map[int32]int64 // the highest committed offset seen, by partition
+	// owners are the partitions' owners (member ids) in each generation
+	// of the group seen stable, by generation and partition.
+	owners map[int32]map[int32]string
 }
 
 // SimulateKafka runs one seed's Kafka world and checks its invariants. It
@@ -154,7 +157,7 @@ func SimulateKafka(cfg KafkaConfig) *Result {
 		}
 	}
 	w.lastFault = w.start
-	k := &kworld{world: w, kcfg: cfg, alive: map[string]bool{}, mono: map[int32]int64{}}
+	k := &kworld{world: w, kcfg: cfg, alive: map[string]bool{}, mono: map[int32]int64{}, owners: map[int32]map[int32]string{}}
 	return k.run()
 }
 
@@ -200,6 +203,7 @@ func (k *kworld) run() *Result {
 	if w.on(StoreError) || w.on(ProviderTimeout) || w.on(CommitError) {
 		w.mark(w.start.Add(kafkaFaultWindow))
 	}
+	k.watchCommits()
 	if w.on(CommitError) {
 		k.commitFaults()
 	}
@@ -226,6 +230,37 @@ func (k *kworld) run() *Result {
 	stop()
 	wg.Wait()
 	return k.check(wedged)
+}
+
+// watchCommits checks every OffsetCommit request as the broker takes it:
+// a member commits a partition only while no other member owns it in the
+// generation the commit names. A revoked partition moves to its new owner
+// in a later generation than the one whose revoke callback committed it,
+// so a commit of it in the new owner's generation was sent after the
+// callback returned.
+func (k *kworld) watchCommits() {
+	k.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: kafkaGroup, Count: -1, Observe: true,
+		When: func(req kmsg.Request) bool {
+			r, ok := req.(*kmsg.OffsetCommitRequest)
+			if !ok {
+				return false
+			}
+			k.dmu.Lock()
+			owners := k.owners[r.Generation]
+			var bad []string
+			for _, t := range r.Topics {
+				for _, p := range t.Partitions {
+					if o, ok := owners[p.Partition]; ok && t.Topic == kafkaTopic && o != r.MemberID {
+						bad = append(bad, fmt.Sprintf("member %s committed partition %d at %d in generation %d, where it is %s's", r.MemberID, p.Partition, p.Offset, r.Generation, o))
+					}
+				}
+			}
+			k.dmu.Unlock()
+			for _, b := range bad {
+				k.j.violate("world", "%s", b)
+			}
+			return false
+		}})
 }
 
 // commitFaults fails some OffsetCommit requests at the broker, by the
@@ -435,7 +470,7 @@ func (k *kworld) incarnation(ctx context.Context, n *knode, crashAt, cutAt time.
 			n.sever()
 			cancel()
 			<-done
-			k.settled(ctx, n.name)
+			k.settled(ctx, n.name, false)
 			return true
 		case <-cut:
 			cut = nil
@@ -453,7 +488,7 @@ func (k *kworld) incarnation(ctx context.Context, n *knode, crashAt, cutAt time.
 				return false
 			}
 			n.mend()
-			k.settled(ctx, n.name)
+			k.settled(ctx, n.name, true)
 		}
 	}
 }
@@ -488,16 +523,17 @@ func (k *kworld) inGroup(g *kfake.GroupInfo, name string) bool {
 	return slices.ContainsFunc(g.Members, func(m kfake.GroupMember) bool { return m.ClientID == name })
 }
 
-// settled gives the turn back once the group is stable again (with name
-// out of it after a crash), or after two minutes.
-func (k *kworld) settled(ctx context.Context, name string) {
+// settled gives the turn back once the group is stable again with name
+// out of it (after a crash: its session has expired) or back in it (after
+// a cut: it rejoined), or after two minutes.
+func (k *kworld) settled(ctx context.Context, name string, in bool) {
 	defer func() {
 		k.dmu.Lock()
 		k.busy = false
 		k.dmu.Unlock()
 	}()
 	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
-		if g := k.cluster.GroupInfo(kafkaGroup); g != nil && g.State == "Stable" && len(g.Members) > 0 {
+		if g := k.cluster.GroupInfo(kafkaGroup); g != nil && g.State == "Stable" && k.inGroup(g, name) == in {
 			return
 		}
 		if !sleep(ctx, 500*time.Millisecond) {
@@ -508,12 +544,26 @@ func (k *kworld) settled(ctx context.Context, name string) {
 
 // monitor checks, every 200ms, that no partition's committed offset goes
 // backwards: a commit that does rewinds the partition's owner (its records
-// run again) or, later, loses them for nobody.
+// run again) or, later, loses them for nobody. It notes each stable
+// generation's owners for watchCommits.
 func (k *kworld) monitor(ctx context.Context) {
 	for sleep(ctx, 200*time.Millisecond) {
 		g := k.cluster.GroupInfo(kafkaGroup)
 		if g == nil {
 			continue
+		}
+		if g.State == "Stable" {
+			k.dmu.Lock()
+			if k.owners[g.Epoch] == nil {
+				owners := map[int32]string{}
+				for _, m := range g.Members {
+					for _, p := range m.Assignment[kafkaTopic] {
+						owners[p] = m.MemberID
+					}
+				}
+				k.owners[g.Epoch] = owners
+			}
+			k.dmu.Unlock()
 		}
 		for part, pc := range g.Commits[kafkaTopic] {
 			k.dmu.Lock()

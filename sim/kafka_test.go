@@ -89,17 +89,20 @@ func TestKafkaSeeds(t *testing.T) {
 }
 
 // kafkaMutants are the faults planted in the Kafka transport that the
-// simulator must find, each within Within seeds (from seed 0). Unlike the
-// SQS mutants (wrappers around the real code), these are planted in
-// kafkaworker itself: a commit's timing is inside the transport, where no
-// wrapper reaches.
+// simulator must find, each within its number of seeds (from seed 0), under
+// its faults. Unlike the SQS mutants (wrappers around the real code), these
+// are planted in kafkaworker itself (internal/plant): when a commit is sent
+// is inside the transport, where no wrapper reaches. A commit after revoke
+// needs a revoke with a record still running past the grace: the faults
+// that move partitions and slow charges.
 var kafkaMutants = []struct {
 	name   string
 	within int
 	mutant sim.KafkaMutant
+	faults sim.Fault // 0: KafkaFaults
 }{
-	{"commit before settle", 100, sim.CommitBeforeSettle},
-	{"commit after revoke", 300, sim.CommitAfterRevoke},
+	{"commit before settle", 100, sim.CommitBeforeSettle, 0},
+	{"commit after revoke", 300, sim.CommitAfterRevoke, sim.Join | sim.Crash | sim.Lose | sim.ProviderTimeout},
 }
 
 // TestKafkaMutants checks that the Kafka world catches each planted fault
@@ -111,7 +114,7 @@ func TestKafkaMutants(t *testing.T) {
 			for s := range m.within {
 				var r *sim.Result
 				t.Run(fmt.Sprint(s), func(t *testing.T) {
-					r = sim.SimulatedKafka(t, sim.KafkaConfig{Seed: uint64(s), Mutant: m.mutant})
+					r = sim.SimulatedKafka(t, sim.KafkaConfig{Seed: uint64(s), Mutant: m.mutant, Faults: m.faults})
 				})
 				if r != nil && len(r.Violations) > 0 {
 					t.Logf("%s: caught at seed %d (%d seeds): %s", m.name, s, s+1, r.Violations[0])
