@@ -105,7 +105,7 @@ func RunKafka(t *testing.T, cfg KafkaConfig) *Result {
 	if r != nil && len(r.Violations) > 0 {
 		rerun := cfg.Rerun
 		if rerun == "" {
-			rerun = fmt.Sprintf("go test -run '^%s$' -count=1 .", t.Name())
+			rerun = fmt.Sprintf("go test -tags synctests -run '^%s$' -count=1 .", t.Name())
 		}
 		t.Error(r.Report(rerun))
 	}

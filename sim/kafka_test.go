@@ -23,7 +23,7 @@ var kafkaSeeds = flag.Int("sim.kafka", 20, "how many seeds TestKafkaSeeds runs (
 
 // kafkaRerun is the command that reruns one Kafka seed.
 func kafkaRerun(seed uint64) string {
-	return fmt.Sprintf("go test ./sim -run '^TestKafkaSeeds$' -count=1 -sim.seed=%d -v", seed)
+	return fmt.Sprintf("go test -tags synctests ./sim -run '^TestKafkaSeeds$' -count=1 -sim.seed=%d -v", seed)
 }
 
 // TestKafkaSeeds runs real kafkaworker members of a consumer group on
