@@ -48,6 +48,9 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 	@# -bench . -benchtime 1x: every benchmark runs once too (in the same binaries, so no second build), so one that cannot start fails here, not first under `make bench`.
 	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(RABBITMQ) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
 	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
+	@# The Kafka world's tests build with -tags synctests (kgo's and kfake's mutexes then block durably under synctest).
+	$(GO) test -tags synctests -count=1 -run '^TestKafka(Seeds|Mutants)$$' ./sim -sim.kafka=$(KAFKA_TEST_SEEDS)
+	$(GO) test -tags synctests -race -count=1 -run '^TestKafkaSeeds$$' ./sim -sim.kafka=20
 
 .PHONY: bench
 bench: ## Measure requests and CPU per message: the protocol alone, a worker against the emulator, the Kafka and RabbitMQ transports against their floors.
@@ -153,10 +156,14 @@ docker: ## Build the container image that runs `worker run` (IMAGE=claimfirst-wo
 	docker build -t $(IMAGE) .
 
 SEEDS ?= 1000
+KAFKA_SEEDS ?= 1000
+KAFKA_TEST_SEEDS ?= 300
 
 .PHONY: sim
-sim: ## Run the simulator's soak over SEEDS fault schedules (default 1000) and print its table.
+sim: ## Run the simulator's soak over SEEDS SQS fault schedules and KAFKA_SEEDS Kafka ones (default 1000 each) and print their tables.
 	$(GO) run ./cmd/worker sim -seeds $(SEEDS)
+	$(GO) test -tags synctests -c -o $(BIN)/sim.test ./sim
+	$(BIN)/sim.test -test.run '^TestKafkaSeeds$$' -sim.kafka=$(KAFKA_SEEDS) -sim.table
 
 .PHONY: unit
 unit: ## Run the tests that need no emulator (the others skip, saying so).

@@ -34,6 +34,38 @@
 // the SDK's middleware, and that worker must claim nothing), and an
 // operator redrives the dead-letter queue after a long outage.
 //
+// # Kafka
+//
+// RunKafka and SimulateKafka run the Kafka world: two or three real
+// kafkaworker.Worker members of one consumer group (cooperative-sticky, as
+// kgo does by default) on a kfake cluster over kfake's VirtualNetwork, in
+// the bubble, claiming in the same simulated claim table and charging the
+// same Provider, the oracle. The seed chooses (KafkaFaults) member crashes
+// (the member's connections severed, its new dials, store calls and
+// effects refused, as a crashed SQS worker's clients are; it restarts
+// later), a member joining part-way, a member cut off the brokers past its
+// session timeout and let back (its partitions lost while its handlers and
+// their claims run on), OffsetCommit requests refused or applied with the
+// answer lost (kfake's Fault), records produced twice at a new offset,
+// poison, store errors and slow or ambiguous charges. After every run:
+// every valid payment charged and its ledger entry applied exactly once,
+// poison in the dead-letter topic with its reason and no valid payment
+// there, and the group's committed offsets equal to the partitions' end
+// offsets; while it runs: no partition's committed offset goes back, and
+// no member commits a partition in a generation where another member owns
+// it (a commit sent after its revoke callback returned), beside the claim
+// checks above. kfake's classic coordinator can wedge for good when a
+// group's leader dies between JoinGroup and SyncGroup or every member dies
+// at once: the world crashes or cuts off one member at a time, only while
+// the group is stable and another member is in it, and a group left
+// unsettled in a rebalance is reported as kfake's (Result.Wedged), not as
+// a violation. Its tests build with -tags synctests, which makes kgo's
+// and kfake's mutexes block durably; the members' clients retry no
+// request inside kgo (a commit waiting out a backoff under the worker's
+// commit lock would stop the bubble's clock while a revoke waits for the
+// lock). The planted faults of KafkaMutant reach the transport through
+// internal/plant.
+//
 // Every fault decision is a function of the seed and the event's identity
 // (message, attempt, operation), not of a shared random stream, so a seed
 // names its schedule. Goroutines still interleave as the runtime chooses at
@@ -80,5 +112,11 @@
 // scaling, batching windows and its own retries are not modelled. The real
 // SDK, the HTTP wire and DynamoDB's own behaviour are not here: the
 // emulator tests cover them, and where the simulator and the emulator
-// disagree on an SQS behaviour, the emulator decides.
+// disagree on an SQS behaviour, the emulator decides. Kafka: kfake is one
+// broker (no replication, acks durability, log truncation, quotas or
+// broker failures), the records' retention never expires within a run, a
+// crash or a cut comes only while the group is stable, one at a time, and
+// no commit is slow on the wire (the worker's commit lock is a plain
+// mutex, which synctest cannot see past); the emulator tests run kfake as
+// its own process and SIGKILL real worker processes.
 package sim

@@ -97,6 +97,7 @@ var faultNames = map[Fault]string{
 	ProviderTimeout: "provider_timeout", ProviderOutage: "provider_outage", LongOutage: "long_outage",
 	Poison: "poison", ProducerRetry: "producer_retry", BadClock: "bad_clock",
 	RenewalBlip: "renewal_blip", SNSDuplicate: "sns_duplicate", Unencodable: "unencodable",
+	Join: "join", Lose: "lose", CommitError: "commit_error", // the Kafka world's (kafka.go)
 }
 
 // String names the kinds in f.
@@ -254,6 +255,9 @@ type Result struct {
 	Drain time.Duration
 	// Injected counts the faults injected, by kind.
 	Injected map[string]int
+	// Wedged says why kfake's group coordinator left a Kafka run's group
+	// unable to settle (kfake's fault, not the worker's); "" otherwise.
+	Wedged string
 	// Violations are the invariants broken: none in a correct run.
 	Violations []string
 	// Keys are the keys the violations concern, for History.

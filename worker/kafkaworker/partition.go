@@ -131,9 +131,11 @@ func (w *Worker) release(m map[string][]int32, commit bool) {
 		close(done)
 	}()
 	t := time.NewTimer(w.cfg.RevokeGrace)
+	finished := true
 	select {
 	case <-done:
 	case <-t.C:
+		finished = false
 		w.log.Warn("revoke grace over: records still running finish under their claims; the next owner finds their keys held and waits",
 			slog.String("revoke_grace", w.cfg.RevokeGrace.String()))
 	}
@@ -147,7 +149,9 @@ func (w *Worker) release(m map[string][]int32, commit bool) {
 		}
 		cancel()
 	}
-	w.dropAll(parts)
+	if !w.commitAfterRevoke || !commit || finished {
+		w.dropAll(parts)
+	}
 	if commit {
 		w.log.Info("partitions revoked", slog.Any("partitions", m))
 	} else {

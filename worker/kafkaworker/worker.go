@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/claimfirst/claimfirst/internal/plant"
 	"github.com/claimfirst/claimfirst/worker"
 )
 
@@ -71,6 +72,13 @@ type Worker struct {
 	// record moves its partition's commit past the unsettled records
 	// before it.
 	commitPastUnsettled bool
+	// commitAfterRevoke is a fault planted by tests only: a revoke whose
+	// grace ran out with records still running does not forget its
+	// partitions, so when those records settle this member commits the
+	// partitions' prefixes after its revoke callback returned, over the
+	// new owner's commits (kfake accepts them: the member is still in the
+	// group).
+	commitAfterRevoke bool
 }
 
 // tp is a topic partition.
@@ -103,6 +111,10 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		space: make(chan struct{}, 1),
 	}
 	w.readyCond = sync.NewCond(&w.mu)
+	// Faults planted by the simulator's mutants (internal/plant): none
+	// outside this module's tests.
+	pl := plant.KafkaFrom(ctx)
+	w.commitPastUnsettled, w.commitAfterRevoke = pl.CommitPastUnsettled, pl.CommitAfterRevoke
 	w.hctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
