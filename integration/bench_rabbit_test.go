@@ -174,11 +174,8 @@ func benchRabbit(b *testing.B, url, broker string, consume rabbitConsume, claims
 		b.Fatal(err)
 	}
 	defer func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_, _ = ch.QueueDelete(rabbitworker.DeadLetterQueueOf(queue), false, false, false)
-		_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-		_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
 		_ = ch.Close()
+		deleteTopology(conn, queue)
 	}()
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {

@@ -134,19 +134,7 @@ func rabbitProcessFault(t *testing.T, u, dbURL string, n int, c rabbitFault) {
 	fake, srv := fakeprovider.StartTest(t, c.fake)
 	queue := pgtest.Name("rabbitfault")
 	dlq := rabbitworker.DeadLetterQueueOf(queue)
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_, _ = ch.QueueDelete(dlq, false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
-		}
-		_ = conn.Close()
-	})
+	conn := dialTopology(t, u, queue)
 	depth := func(q string) int {
 		t.Helper()
 		ch, err := conn.Channel()
@@ -405,19 +393,7 @@ func TestRabbitProcessCrashLoop(t *testing.T) {
 	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{IgnoreKeys: true})
 	queue := pgtest.Name("rabbitcrash")
 	dlq := rabbitworker.DeadLetterQueueOf(queue)
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_, _ = ch.QueueDelete(dlq, false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
-		}
-		_ = conn.Close()
-	})
+	conn := dialTopology(t, u, queue)
 	env := slices.DeleteFunc(withoutBrokers(os.Environ()), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
 	env = append(env, "AMQP_QUEUE="+queue, "STORE=postgres", "DATABASE_URL="+dbURL, "CLAIM_TABLE="+pgtest.Name("claims"),
 		"CLAIM_RETENTION=96h", "CLAIM_LEASE=3s", fmt.Sprintf("AMQP_DELIVERY_LIMIT=%d", limit))
@@ -518,19 +494,7 @@ func TestRabbitProcessQueueDeleted(t *testing.T) {
 	t.Parallel()
 	fake, srv := fakeprovider.StartTest(t, fakeprovider.Config{IgnoreKeys: true})
 	queue := pgtest.Name("rabbitgone")
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DeadLetterQueueOf(queue), false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
-		}
-		_ = conn.Close()
-	})
+	conn := dialTopology(t, u, queue)
 	env := slices.DeleteFunc(withoutBrokers(os.Environ()), func(kv string) bool { return strings.HasPrefix(kv, "AWS_") })
 	env = append(env, "AMQP_URL="+u, "AMQP_QUEUE="+queue, "STORE=postgres", "DATABASE_URL="+dbURL, "CLAIM_TABLE="+pgtest.Name("claims"),
 		"CLAIM_RETENTION=96h", "CLAIM_LEASE=3s")
@@ -620,4 +584,33 @@ func publishConfirmed(t *testing.T, conn *amqp.Connection, queue string, bodies 
 		default:
 		}
 	}
+}
+
+// dialTopology dials the broker at u and, when t ends, deletes what setup
+// declares for queue and closes the connection.
+func dialTopology(t *testing.T, u, queue string) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deleteTopology(conn, queue)
+		_ = conn.Close()
+	})
+	return conn
+}
+
+// deleteTopology deletes, on conn, the queues and the exchange setup
+// declares for queue; a test's cleanup, so errors are ignored.
+func deleteTopology(conn *amqp.Connection, queue string) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer func() { _ = ch.Close() }()
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	_, _ = ch.QueueDelete(rabbitworker.DeadLetterQueueOf(queue), false, false, false)
+	_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
+	_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
 }

@@ -273,19 +273,7 @@ func TestBinaryRabbit(t *testing.T) {
 	t.Parallel()
 	queue := awstest.Name("binpay")
 	dlq := rabbitworker.DeadLetterQueueOf(queue)
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_, _ = ch.QueueDelete(dlq, false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
-		}
-		_ = conn.Close()
-	})
+	conn := dialTopology(t, u, queue)
 	depth := func(q string) (int, error) {
 		ch, err := conn.Channel()
 		if err != nil {

@@ -117,12 +117,7 @@ func newRabbitDoor(t workertest.T, u, queue string) *rabbitDoor {
 		for _, p := range ps {
 			p.close()
 		}
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-			_, _ = ch.QueueDelete(d.dlq, false, false, false)
-			_, _ = ch.QueueDelete(rabbitworker.DelayQueueOf(queue), false, false, false)
-			_ = ch.ExchangeDelete(rabbitworker.DeadLetterExchange(queue), false, false)
-		}
+		deleteTopology(conn, queue)
 		_ = conn.Close()
 	})
 	return d
