@@ -179,27 +179,9 @@ func (k *kworld) run() *Result {
 	w.store, w.onceStore = NewStore(), NewStore()
 	w.provider = &Provider{Injected: w.j.inject}
 	w.provider.Decide = func(key string, attempt int) ProviderFault {
-		if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(kafkaFaultWindow)) {
-			return ChargeOK
-		}
-		r := f.roll("charge", key, itoa(attempt))
-		switch {
-		case r < 0.15:
-			return ChargeTimeout
-		case r < 0.2:
-			return ChargeRefused
-		}
-		return ChargeOK
+		return w.chargeFault(f, key, attempt, kafkaFaultWindow)
 	}
-	if w.on(ProviderTimeout) {
-		w.provider.Latency = func(key string, attempt int) time.Duration {
-			if f.chance(0.25, "slow-charge", key, itoa(attempt)) {
-				w.j.inject("provider_slow")
-				return f.dur(2*time.Second, 30*time.Second, "slow-charge-len", key, itoa(attempt))
-			}
-			return 200 * time.Millisecond
-		}
-	}
+	w.slowCharges(f, 2*time.Second, 30*time.Second)
 	if w.on(StoreError) || w.on(ProviderTimeout) || w.on(CommitError) {
 		w.mark(w.start.Add(kafkaFaultWindow))
 	}

@@ -515,27 +515,9 @@ func (w *world) run() *Result {
 			}
 			return ChargeOK
 		}
-		if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(faultWindow)) {
-			return ChargeOK
-		}
-		r := f.roll("charge", key, itoa(attempt))
-		switch {
-		case r < 0.15:
-			return ChargeTimeout
-		case r < 0.2:
-			return ChargeRefused
-		}
-		return ChargeOK
+		return w.chargeFault(f, key, attempt, faultWindow)
 	}
-	if w.on(ProviderTimeout) {
-		w.provider.Latency = func(key string, attempt int) time.Duration {
-			if f.chance(0.25, "slow-charge", key, itoa(attempt)) {
-				w.j.inject("provider_slow")
-				return f.dur(5*time.Second, time.Minute, "slow-charge-len", key, itoa(attempt))
-			}
-			return 200 * time.Millisecond
-		}
-	}
+	w.slowCharges(f, 5*time.Second, time.Minute)
 	if w.on(StoreError) || w.on(ProviderTimeout) || w.on(Duplicate) {
 		w.mark(w.start.Add(faultWindow))
 	}
@@ -1224,5 +1206,37 @@ func (w *world) checkPayments(ledger []Applied) {
 			}
 			last[a.Account] = a.Seq
 		}
+	}
+}
+
+// chargeFault is what the provider does with a charge of key at attempt
+// while provider faults are on and window has not passed since the start:
+// times out after charging (15%), refuses (5%), or charges.
+func (w *world) chargeFault(f fate, key string, attempt int, window time.Duration) ProviderFault {
+	if !w.on(ProviderTimeout) || time.Now().After(w.start.Add(window)) {
+		return ChargeOK
+	}
+	r := f.roll("charge", key, itoa(attempt))
+	switch {
+	case r < 0.15:
+		return ChargeTimeout
+	case r < 0.2:
+		return ChargeRefused
+	}
+	return ChargeOK
+}
+
+// slowCharges makes a quarter of the charges take from least to most
+// while provider faults are on; the others take 200ms.
+func (w *world) slowCharges(f fate, least, most time.Duration) {
+	if !w.on(ProviderTimeout) {
+		return
+	}
+	w.provider.Latency = func(key string, attempt int) time.Duration {
+		if f.chance(0.25, "slow-charge", key, itoa(attempt)) {
+			w.j.inject("provider_slow")
+			return f.dur(least, most, "slow-charge-len", key, itoa(attempt))
+		}
+		return 200 * time.Millisecond
 	}
 }
