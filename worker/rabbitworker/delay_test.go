@@ -60,15 +60,7 @@ func runDelayed(t *testing.T, u string, topo Topology, delay, wait time.Duration
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runWorker(t, ctx, w)()
 	if before != nil {
 		before(ch)
 	}
@@ -175,15 +167,7 @@ func TestDelayQueueKeepsTheDeliveryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runWorker(t, ctx, w)()
 	if err := ch.PublishWithContext(ctx, "", topo.Queue, false, false, amqp.Publishing{Body: []byte("never")}); err != nil {
 		t.Fatal(err)
 	}

@@ -46,15 +46,7 @@ func TestDeliveryLimitEndsACrashLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runWorker(t, ctx, w)()
 	if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: []byte("loop")}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,5 +71,19 @@ func TestDeliveryLimitEndsACrashLoop(t *testing.T) {
 			t.Fatalf("not dead-lettered after 30s and %d runs", runs.Load())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runWorker runs w until the func it returns is called, which stops it and
+// fails t if Run returned an error.
+func runWorker(t *testing.T, ctx context.Context, w *Worker) func() {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 }
