@@ -46,11 +46,13 @@ test: tools cfn-lint rie model ## Run every test (unit, conformance, integration
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@# -bench . -benchtime 1x: every benchmark runs once too (in the same binaries, so no second build), so one that cannot start fails here, not first under `make bench`.
-	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(RABBITMQ) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./...
-	$(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000
+	@# The simulator's seeds run beside the rest (most of whose time is waiting on real seconds); their output follows it.
 	@# The Kafka world's tests build with -tags synctests (kgo's and kfake's mutexes then block durably under synctest).
-	$(GO) test -tags synctests -count=1 -run '^TestKafka(Seeds|Mutants)$$' ./sim -sim.kafka=$(KAFKA_TEST_SEEDS)
-	$(GO) test -tags synctests -race -count=1 -run '^TestKafkaSeeds$$' ./sim -sim.kafka=20
+	@mkdir -p $(BIN); ( $(GO) test -count=1 -run '^TestSeeds$$' ./sim -sim.seeds=1000 && \
+		$(GO) test -tags synctests -count=1 -run '^TestKafka(Seeds|Mutants)$$' ./sim -sim.kafka=$(KAFKA_TEST_SEEDS) && \
+		$(GO) test -tags synctests -race -count=1 -run '^TestKafkaSeeds$$' ./sim -sim.kafka=20 ) >$(BIN)/sim-test.log 2>&1 & sim=$$!; \
+	AWS_LAMBDA_RIE=$(CURDIR)/$(BIN)/aws-lambda-rie $(EMULATOR) $(POSTGRES) $(KAFKA) $(RABBITMQ) $(GO) test $(TEST_FLAGS) -bench . -benchtime 1x ./... || rc=$$?; \
+	wait $$sim || rc=$${rc:-$$?}; echo "--- the simulator's seeds:"; cat $(BIN)/sim-test.log; exit $${rc:-0}
 
 .PHONY: bench
 bench: ## Measure requests and CPU per message: the protocol alone, a worker against the emulator, the Kafka and RabbitMQ transports against their floors.
