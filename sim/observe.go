@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -275,4 +277,18 @@ func (g gatedStore) Release(ctx context.Context, p claimstore.ReleaseParams) err
 func (g gatedStore) Get(ctx context.Context, key string) (c claimstore.Claim, err error) {
 	err = g.n.call(func() error { c, err = g.inner.Get(ctx, key); return err })
 	return c, err
+}
+
+// report adds the violations recorded to r, naming each key once, and the
+// faults injected.
+func (j *journal) report(r *Result) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, v := range j.violations {
+		r.Violations = append(r.Violations, v.key+": "+v.what)
+		if !slices.Contains(r.Keys, v.key) {
+			r.Keys = append(r.Keys, v.key)
+		}
+	}
+	r.Injected = maps.Clone(j.injected)
 }

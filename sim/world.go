@@ -1161,15 +1161,7 @@ func (w *world) check() *Result {
 			w.j.violate("check", "%s", v)
 		}
 	}
-	w.j.mu.Lock()
-	for _, v := range w.j.violations {
-		r.Violations = append(r.Violations, v.key+": "+v.what)
-		if !slices.Contains(r.Keys, v.key) {
-			r.Keys = append(r.Keys, v.key)
-		}
-	}
-	r.Injected = maps.Clone(w.j.injected)
-	w.j.mu.Unlock()
+	w.j.report(r)
 	return r
 }
 
