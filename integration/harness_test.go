@@ -327,6 +327,17 @@ func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 }
 
 // stop sends SIGTERM and returns the exit code.
+// stopCleanly stops each of ps with SIGTERM and fails t for each that
+// does not exit 0 within 20s.
+func stopCleanly(t *testing.T, ps ...*proc) {
+	t.Helper()
+	for _, p := range ps {
+		if code := p.stop(t, 20*time.Second); code != 0 {
+			t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
+		}
+	}
+}
+
 func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)

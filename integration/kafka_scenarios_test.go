@@ -188,11 +188,7 @@ func runKafkaCrash(t *testing.T, k *kafkaRun, control string, completed bool) {
 	w3 := start(2) // the restart
 	k.waitSettled(t, 90*time.Second, func() string { return fmt.Sprintf("%d charges", fake.Stats().Charges) })
 	settled := time.Since(began)
-	for _, w := range []*proc{w2, w3} {
-		if code := w.stop(t, 20*time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0", w.name, code)
-		}
-	}
+	stopCleanly(t, w2, w3)
 	st := fake.Stats()
 	chargedOnce(t, st.ChargesByPayment, ps)
 	k.claimsCompleted(t, len(ps))
@@ -295,11 +291,7 @@ func TestKafkaCommitFails(t *testing.T) {
 				return fmt.Sprintf("%d of %d settled (%s), %d charges", n, len(bodies), o, fake.Stats().Charges)
 			})
 			caughtUp := time.Since(ended)
-			for _, w := range []*proc{w1, w2} {
-				if code := w.stop(t, 20*time.Second); code != 0 {
-					t.Errorf("%s: exit %d after SIGTERM, want 0", w.name, code)
-				}
-			}
+			stopCleanly(t, w1, w2)
 			st := fake.Stats()
 			chargedOnce(t, st.ChargesByPayment, ps)
 			k.claimsCompleted(t, len(ps))
@@ -413,11 +405,7 @@ func TestKafkaProviderOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.checkPoisonDeadLetters(t, dead)
-	for _, w := range workers {
-		if code := w.stop(t, 20*time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0", w.name, code)
-		}
-	}
+	stopCleanly(t, workers...)
 	t.Logf("provider 503 for %s: drained %s after recovery; %d payments charged %d times, provider calls %d, requests faulted %d; "+
 		"%d dead letters; breaker opened w1 %v w2 %v; whole test %s",
 		length, drain.Round(100*time.Millisecond), len(ps), st.Charges, st.Calls, rule.Injected(), len(dead),

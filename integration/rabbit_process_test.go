@@ -214,13 +214,10 @@ func rabbitProcessFault(t *testing.T, u, dbURL string, n int, c rabbitFault) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for i, p := range procs {
-		if i == 0 && c.killed {
-			continue
-		}
-		if code := p.stop(t, 20*time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
-		}
+	if c.killed {
+		stopCleanly(t, procs[1:]...)
+	} else {
+		stopCleanly(t, procs...)
 	}
 	st := fake.Stats()
 	t.Logf("%s: %d payments, %d charges, %d calls, %d faults in %s", c.name, n, st.Charges, st.Calls, st.Faults, time.Since(start).Round(time.Millisecond))
@@ -461,9 +458,7 @@ func TestRabbitProcessCrashLoop(t *testing.T) {
 			t.Fatalf("not settled in 90s: %d crashes, %d of %d payments charged", kills, len(st.ChargesByPayment), n)
 		}
 	}
-	if code := p.stop(t, 20*time.Second); code != 0 {
-		t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
-	}
+	stopCleanly(t, p)
 	st := fake.Stats()
 	for _, p := range ps[:n] {
 		if got := st.ChargesByPayment[p.PaymentID]; got != 1 {

@@ -166,11 +166,7 @@ func binaryPayments(t *testing.T, b brokerUnderTest, run paymentRun) time.Durati
 	if len(ready) != 2 {
 		t.Errorf("/readyz answered 200 on %d of the 2 first workers", len(ready))
 	}
-	for _, p := range procs[1:] {
-		if code := p.stop(t, 20*time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0", p.name, code)
-		}
-	}
+	stopCleanly(t, procs[1:]...)
 	chargedOnce(t, fake.Stats().ChargesByPayment, ps)
 	reasons, err := b.deadOnes(ctx)
 	if err != nil {
