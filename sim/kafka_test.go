@@ -105,23 +105,33 @@ var kafkaMutants = []struct {
 	{"commit after revoke", 300, sim.CommitAfterRevoke, sim.Join | sim.Crash | sim.Lose | sim.ProviderTimeout},
 }
 
+// kafkaMutantPasses is how many times TestKafkaMutants runs a mutant's
+// seeds before it fails. A seed names its faults, not the goroutines'
+// interleaving at one virtual instant, and the planted faults show only in
+// some interleavings: commit before settle was caught at seed 23, 44 or
+// 122 in eleven of twelve passes of 400 seeds, and in none of the twelfth.
+const kafkaMutantPasses = 3
+
 // TestKafkaMutants checks that the Kafka world catches each planted fault
-// within its stated number of seeds, and logs how many it took.
+// within its stated number of seeds, in one of kafkaMutantPasses passes,
+// and logs where it did.
 func TestKafkaMutants(t *testing.T) {
 	for _, m := range kafkaMutants {
 		t.Run(strings.ReplaceAll(m.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			for s := range m.within {
-				var r *sim.Result
-				t.Run(fmt.Sprint(s), func(t *testing.T) {
-					r = sim.SimulatedKafka(t, sim.KafkaConfig{Seed: uint64(s), Mutant: m.mutant, Faults: m.faults})
-				})
-				if r != nil && len(r.Violations) > 0 {
-					t.Logf("%s: caught at seed %d (%d seeds): %s", m.name, s, s+1, r.Violations[0])
-					return
+			for pass := 1; pass <= kafkaMutantPasses; pass++ {
+				for s := range m.within {
+					var r *sim.Result
+					t.Run(fmt.Sprintf("%d/%d", pass, s), func(t *testing.T) {
+						r = sim.SimulatedKafka(t, sim.KafkaConfig{Seed: uint64(s), Mutant: m.mutant, Faults: m.faults})
+					})
+					if r != nil && len(r.Violations) > 0 {
+						t.Logf("%s: caught at seed %d (%d seeds) in pass %d: %s", m.name, s, s+1, pass, r.Violations[0])
+						return
+					}
 				}
 			}
-			t.Errorf("%s: not caught within %d seeds", m.name, m.within)
+			t.Errorf("%s: not caught within %d seeds in %d passes", m.name, m.within, kafkaMutantPasses)
 		})
 	}
 }
